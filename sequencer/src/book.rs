@@ -1,0 +1,333 @@
+//! One market's order book: two bid sides, `up` and `down`, each with 99
+//! price levels (1..=99 cents). An ask on one outcome is a bid on the other
+//! (DESIGN §2), so every resting order sits on exactly one side.
+//!
+//! Orders at a level form an intrusive doubly linked FIFO over a slab of
+//! small nodes, so add, cancel and fill are O(1) and a resting order costs one
+//! 24-byte node. A bitmap per side finds the best level with one instruction.
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+use crate::limits::{CHECKSUM_LEVELS, PRICE_CENTS_MAX};
+use crate::types::{AccountId, OrderId, Outcome, PriceCents};
+
+/// "No node" in the intrusive lists.
+pub const NIL: u32 = u32::MAX;
+
+/// A resting order's place in the book.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Node {
+    pub order: OrderId,
+    pub account: AccountId,
+    pub remaining: u32,
+    prev: u32,
+    next: u32,
+}
+
+/// One price level: FIFO of nodes and the total contracts resting there.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Level {
+    head: u32,
+    tail: u32,
+    /// Contracts resting at this level.
+    pub total: u64,
+}
+
+const EMPTY_LEVEL: Level = Level { head: NIL, tail: NIL, total: 0 };
+const LEVELS: usize = PRICE_CENTS_MAX as usize + 1;
+
+/// One bid side.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Side {
+    levels: [Level; LEVELS],
+    /// Bit p set when level p holds orders; bits 0..64 in [0], 64..128 in [1].
+    occupied: [u64; 2],
+}
+
+impl Default for Side {
+    fn default() -> Self {
+        Self { levels: [EMPTY_LEVEL; LEVELS], occupied: [0; 2] }
+    }
+}
+
+impl Side {
+    fn set_bit(&mut self, price: PriceCents, on: bool) {
+        let (word, bit) = (usize::from(price) / 64, u64::from(price) % 64);
+        if on {
+            self.occupied[word] |= 1 << bit;
+        } else {
+            self.occupied[word] &= !(1 << bit);
+        }
+    }
+
+    /// Highest price with orders.
+    pub fn best(&self) -> Option<PriceCents> {
+        if self.occupied[1] != 0 {
+            return Some((127 - self.occupied[1].leading_zeros()) as PriceCents);
+        }
+        if self.occupied[0] != 0 {
+            return Some((63 - self.occupied[0].leading_zeros()) as PriceCents);
+        }
+        None
+    }
+
+    /// Highest price with orders strictly below `price`.
+    pub fn next_below(&self, price: PriceCents) -> Option<PriceCents> {
+        let p = u32::from(price);
+        let low = if p >= 64 { self.occupied[0] } else { self.occupied[0] & ((1u64 << p) - 1) };
+        let high = if p > 64 { self.occupied[1] & ((1u64 << (p - 64)) - 1) } else { 0 };
+        if high != 0 {
+            return Some((127 - high.leading_zeros()) as PriceCents);
+        }
+        if low != 0 {
+            return Some((63 - low.leading_zeros()) as PriceCents);
+        }
+        None
+    }
+
+    /// The level at `price`.
+    pub fn level(&self, price: PriceCents) -> &Level {
+        &self.levels[usize::from(price)]
+    }
+
+    /// Levels best first, at most `max`, as (price, total).
+    pub fn top(&self, max: usize) -> impl Iterator<Item = (PriceCents, u64)> + '_ {
+        let mut cursor = self.best();
+        std::iter::from_fn(move || {
+            let price = cursor?;
+            cursor = self.next_below(price);
+            Some((price, self.levels[usize::from(price)].total))
+        })
+        .take(max)
+    }
+}
+
+/// A market's book.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Book {
+    sides: [Side; 2],
+    nodes: Vec<Node>,
+    free: Vec<u32>,
+    resting: u32,
+}
+
+impl Book {
+    /// The bid side of an outcome.
+    pub fn side(&self, outcome: Outcome) -> &Side {
+        &self.sides[outcome.index()]
+    }
+
+    /// Orders resting on both sides.
+    pub fn resting_orders(&self) -> u32 {
+        self.resting
+    }
+
+    /// The node at an index handed out by `push`.
+    pub fn node(&self, index: u32) -> &Node {
+        &self.nodes[index as usize]
+    }
+
+    /// First node of a level, oldest first.
+    pub fn head(&self, outcome: Outcome, price: PriceCents) -> u32 {
+        self.sides[outcome.index()].levels[usize::from(price)].head
+    }
+
+    /// The node after `index` at its level.
+    pub fn next(&self, index: u32) -> u32 {
+        self.nodes[index as usize].next
+    }
+
+    /// Appends an order at the back of its level; returns its node index.
+    pub fn push(&mut self, outcome: Outcome, price: PriceCents, order: OrderId, account: AccountId, count: u32) -> u32 {
+        assert!(count > 0, "a resting order holds contracts");
+        assert!(crate::types::price_in_range(price));
+        let node = Node { order, account, remaining: count, prev: NIL, next: NIL };
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.nodes[index as usize] = node;
+                index
+            }
+            None => {
+                self.nodes.push(node);
+                u32::try_from(self.nodes.len() - 1).expect("fewer than 2^32 nodes")
+            }
+        };
+        let side = &mut self.sides[outcome.index()];
+        let level = &mut side.levels[usize::from(price)];
+        let tail = level.tail;
+        level.tail = index;
+        if tail == NIL {
+            level.head = index;
+        }
+        level.total += u64::from(count);
+        if tail != NIL {
+            self.nodes[tail as usize].next = index;
+            self.nodes[index as usize].prev = tail;
+        }
+        side.set_bit(price, true);
+        self.resting += 1;
+        index
+    }
+
+    /// Takes `count` contracts off a node; unlinks it when none remain.
+    /// Returns the contracts left on the node.
+    pub fn reduce(&mut self, outcome: Outcome, price: PriceCents, index: u32, count: u32) -> u32 {
+        let node = &mut self.nodes[index as usize];
+        assert!(count <= node.remaining, "cannot take more than rests");
+        node.remaining -= count;
+        let left = node.remaining;
+        self.sides[outcome.index()].levels[usize::from(price)].total -= u64::from(count);
+        if left == 0 {
+            self.unlink(outcome, price, index);
+        }
+        left
+    }
+
+    /// Removes a node whatever it holds; returns the contracts it held.
+    pub fn remove(&mut self, outcome: Outcome, price: PriceCents, index: u32) -> u32 {
+        let remaining = self.nodes[index as usize].remaining;
+        self.reduce(outcome, price, index, remaining);
+        remaining
+    }
+
+    fn unlink(&mut self, outcome: Outcome, price: PriceCents, index: u32) {
+        let Node { prev, next, .. } = self.nodes[index as usize];
+        let side = &mut self.sides[outcome.index()];
+        let level = &mut side.levels[usize::from(price)];
+        if prev == NIL {
+            level.head = next;
+        } else {
+            self.nodes[prev as usize].next = next;
+        }
+        if next == NIL {
+            level.tail = prev;
+        } else {
+            self.nodes[next as usize].prev = prev;
+        }
+        if level.head == NIL {
+            assert_eq!(level.total, 0, "an empty level holds no contracts");
+            side.set_bit(price, false);
+        }
+        self.nodes[index as usize].remaining = 0;
+        self.free.push(index);
+        self.resting -= 1;
+    }
+
+    /// The spec's checksum of the book as it stands (SPEC "Checksum").
+    pub fn checksum(&self) -> u32 {
+        let mut text = [0u8; 512];
+        let len = self.checksum_text(&mut text);
+        crc32fast::hash(&text[..len])
+    }
+
+    /// Writes `up:p:c,...|down:p:c,...` into `out`; returns its length.
+    /// Ten levels of at most `0.99:` plus a 20-digit count fit in 512 bytes.
+    pub fn checksum_text(&self, out: &mut [u8; 512]) -> usize {
+        let mut len = 0;
+        for (i, outcome) in [Outcome::Up, Outcome::Down].into_iter().enumerate() {
+            if i == 1 {
+                out[len] = b'|';
+                len += 1;
+            }
+            let label = if i == 0 { &b"up:"[..] } else { &b"down:"[..] };
+            out[len..len + label.len()].copy_from_slice(label);
+            len += label.len();
+            for (n, (price, total)) in self.side(outcome).top(CHECKSUM_LEVELS).enumerate() {
+                if n > 0 {
+                    out[len] = b',';
+                    len += 1;
+                }
+                len += write_price(&mut out[len..], price);
+                out[len] = b':';
+                len += 1;
+                len += write_u64(&mut out[len..], total);
+            }
+        }
+        len
+    }
+}
+
+/// Writes `0.XX` for a price in cents; returns 4.
+pub fn write_price(out: &mut [u8], price: PriceCents) -> usize {
+    out[0] = b'0';
+    out[1] = b'.';
+    out[2] = b'0' + price / 10;
+    out[3] = b'0' + price % 10;
+    4
+}
+
+/// Writes a decimal integer; returns its length.
+pub fn write_u64(out: &mut [u8], mut value: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (value % 10) as u8;
+        n += 1;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    for i in 0..n {
+        out[i] = digits[n - 1 - i];
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_text_matches_the_spec_example_shape() {
+        let mut book = Book::default();
+        book.push(Outcome::Up, 55, 1, 1, 10);
+        book.push(Outcome::Up, 54, 2, 1, 5);
+        book.push(Outcome::Up, 55, 3, 2, 2);
+        let mut buf = [0u8; 512];
+        let len = book.checksum_text(&mut buf);
+        assert_eq!(std::str::from_utf8(&buf[..len]).unwrap(), "up:0.55:12,0.54:5|down:");
+        assert_eq!(book.checksum(), crc32fast::hash(b"up:0.55:12,0.54:5|down:"));
+        let empty = Book::default();
+        assert_eq!(empty.checksum(), crc32fast::hash(b"up:|down:"));
+    }
+
+    #[test]
+    fn checksum_keeps_only_ten_levels_best_first() {
+        let mut book = Book::default();
+        for price in 1..=12u8 {
+            book.push(Outcome::Down, price, u64::from(price), 1, 1);
+        }
+        let mut buf = [0u8; 512];
+        let len = book.checksum_text(&mut buf);
+        let expected = "up:|down:0.12:1,0.11:1,0.10:1,0.09:1,0.08:1,0.07:1,0.06:1,0.05:1,0.04:1,0.03:1";
+        assert_eq!(std::str::from_utf8(&buf[..len]).unwrap(), expected);
+    }
+
+    #[test]
+    fn fifo_and_unlink_keep_levels_consistent() {
+        let mut book = Book::default();
+        let a = book.push(Outcome::Up, 40, 1, 1, 3);
+        let b = book.push(Outcome::Up, 40, 2, 2, 4);
+        let c = book.push(Outcome::Up, 40, 3, 3, 5);
+        assert_eq!(book.head(Outcome::Up, 40), a);
+        book.remove(Outcome::Up, 40, b);
+        assert_eq!(book.next(a), c);
+        assert_eq!(book.side(Outcome::Up).level(40).total, 8);
+        assert_eq!(book.reduce(Outcome::Up, 40, a, 3), 0);
+        assert_eq!(book.head(Outcome::Up, 40), c);
+        book.remove(Outcome::Up, 40, c);
+        assert_eq!(book.side(Outcome::Up).best(), None);
+        assert_eq!(book.resting_orders(), 0);
+    }
+
+    #[test]
+    fn best_and_next_below_cross_the_word_boundary() {
+        let mut book = Book::default();
+        for price in [1u8, 63, 64, 65, 99] {
+            book.push(Outcome::Up, price, u64::from(price), 1, 1);
+        }
+        let prices: Vec<_> = book.side(Outcome::Up).top(10).map(|(p, _)| p).collect();
+        assert_eq!(prices, vec![99, 65, 64, 63, 1]);
+    }
+}

@@ -1,0 +1,166 @@
+//! Checks of the state's invariants, for tests, simulations and replay
+//! audits. Each returns the first violation as a sentence.
+
+use std::collections::BTreeMap;
+
+use crate::book::NIL;
+use crate::state::{position_key, State};
+use crate::types::{Action, Cents, MarketStatus, Outcome};
+
+impl State {
+    /// Every invariant at once; `Err` names the first one broken.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.check_money()?;
+        self.check_contracts()?;
+        self.check_orders_and_books()?;
+        Ok(())
+    }
+
+    /// Cash (holds included) + collateral of unsettled markets + fees
+    /// collected == deposits - withdrawals.
+    pub fn check_money(&self) -> Result<(), String> {
+        let cash: Cents = self.accounts.iter().map(|a| a.cash).sum();
+        let collateral: Cents = self.markets.iter().map(|m| m.collateral()).sum();
+        let inside = cash + collateral + self.ledger.fees;
+        let outside = self.ledger.deposits - self.ledger.withdrawals;
+        if inside != outside {
+            return Err(format!(
+                "money not conserved: cash {cash} + collateral {collateral} + fees {} != deposits - withdrawals {outside}",
+                self.ledger.fees
+            ));
+        }
+        for a in &self.accounts {
+            if a.cash < 0 || a.held < 0 || a.held > a.cash || a.position_cost < 0 {
+                return Err(format!("account {} has cash {} held {} cost {}", a.id, a.cash, a.held, a.position_cost));
+            }
+        }
+        Ok(())
+    }
+
+    /// Up contracts == Down contracts == pairs in every market; positions
+    /// and their costs add up.
+    pub fn check_contracts(&self) -> Result<(), String> {
+        let mut held = vec![[0u64; 2]; self.markets.len()];
+        for a in &self.accounts {
+            let mut cost = 0;
+            for (&key, p) in &a.positions {
+                let (market, outcome) = crate::state::position_parts(key);
+                if p.committed > p.count || p.cost < 0 || (p.count == 0 && p.committed == 0) {
+                    return Err(format!("account {} position {key} is {p:?}", a.id));
+                }
+                if self.markets[market as usize].status == MarketStatus::Settled {
+                    return Err(format!("account {} holds a position in settled market {market}", a.id));
+                }
+                held[market as usize][outcome.index()] += p.count;
+                cost += p.cost;
+            }
+            if cost != a.position_cost {
+                return Err(format!("account {} position cost {} != sum {cost}", a.id, a.position_cost));
+            }
+        }
+        for (m, counts) in self.markets.iter().zip(&held) {
+            if counts[0] != counts[1] || counts[0] != m.pairs || m.open_interest != *counts {
+                return Err(format!(
+                    "market {}: up {} down {} pairs {} open interest {:?}",
+                    m.ticker, counts[0], counts[1], m.pairs, m.open_interest
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Holds equal their formula; commitments, counters and book levels
+    /// agree with the resting orders; no book is crossed at rest.
+    pub fn check_orders_and_books(&self) -> Result<(), String> {
+        let mut held: BTreeMap<u32, Cents> = BTreeMap::new();
+        let mut committed: BTreeMap<(u32, u64), u64> = BTreeMap::new();
+        let mut per_key = vec![0u32; self.keys.len()];
+        let mut per_account = vec![0u32; self.accounts.len()];
+        let mut buy_notional = vec![0 as Cents; self.markets.len()];
+        let mut level_totals: BTreeMap<(u32, usize, u8), u64> = BTreeMap::new();
+        for o in &self.orders {
+            if o.hold != o.hold_formula() {
+                return Err(format!("order {} holds {} but its formula says {}", o.id, o.hold, o.hold_formula()));
+            }
+            if !o.node_consistent() || o.filled > o.count {
+                return Err(format!("order {} is inconsistent: {o:?}", o.id));
+            }
+            if (o.filled == o.count) != (o.status == crate::types::OrderStatus::Executed) {
+                return Err(format!("order {} status {:?} with {} of {} filled", o.id, o.status, o.filled, o.count));
+            }
+            *held.entry(o.account).or_default() += o.hold;
+            if !o.is_resting() {
+                continue;
+            }
+            let m = &self.markets[o.market as usize];
+            if m.status != MarketStatus::Open {
+                return Err(format!("order {} rests in market {} which is {:?}", o.id, m.ticker, m.status));
+            }
+            let node = m.book.node(o.node);
+            if node.order != o.id || node.remaining != o.remaining() {
+                return Err(format!("order {} and its book node disagree", o.id));
+            }
+            let (side, price) = o.book_place();
+            *level_totals.entry((o.market, side.index(), price)).or_default() += u64::from(o.remaining());
+            per_key[o.key as usize] += 1;
+            per_account[o.account as usize - 1] += 1;
+            match o.action {
+                Action::Buy => buy_notional[o.market as usize] += Cents::from(o.remaining()) * Cents::from(o.price),
+                Action::Sell => {
+                    *committed.entry((o.account, position_key(o.market, o.outcome))).or_default() +=
+                        u64::from(o.remaining())
+                }
+            }
+        }
+        for a in &self.accounts {
+            if a.held != held.get(&a.id).copied().unwrap_or(0) {
+                return Err(format!("account {} held {} != sum of order holds", a.id, a.held));
+            }
+            if a.resting_orders != per_account[a.id as usize - 1] {
+                return Err(format!("account {} resting count is off", a.id));
+            }
+            for (&key, p) in &a.positions {
+                if p.committed != committed.get(&(a.id, key)).copied().unwrap_or(0) {
+                    return Err(format!("account {} position {key} commits {} to sells", a.id, p.committed));
+                }
+            }
+        }
+        for k in &self.keys {
+            if k.resting_orders != per_key[k.idx as usize] {
+                return Err(format!("key {} resting count is off", k.key_id));
+            }
+        }
+        for m in &self.markets {
+            if m.resting_buy_notional != buy_notional[m.id as usize] {
+                return Err(format!("market {} resting buy notional is off", m.ticker));
+            }
+            let (up, down) = (m.book.side(Outcome::Up), m.book.side(Outcome::Down));
+            if let (Some(u), Some(d)) = (up.best(), down.best()) {
+                if u16::from(u) + u16::from(d) >= 100 {
+                    return Err(format!("market {} is crossed at rest: up {u} down {d}", m.ticker));
+                }
+            }
+            for (i, side) in [up, down].into_iter().enumerate() {
+                for (price, total) in side.top(usize::MAX) {
+                    if level_totals.get(&(m.id, i, price)).copied().unwrap_or(0) != total {
+                        return Err(format!("market {} level {i}/{price} total {total} is off", m.ticker));
+                    }
+                    if m.book.head(if i == 0 { Outcome::Up } else { Outcome::Down }, price) == NIL {
+                        return Err(format!("market {} level {i}/{price} is marked but empty", m.ticker));
+                    }
+                }
+            }
+            let resting: u64 = level_totals.iter().filter(|((id, _, _), _)| *id == m.id).map(|(_, t)| *t).sum();
+            let listed: u64 = [up, down].iter().flat_map(|s| s.top(usize::MAX)).map(|(_, t)| t).sum();
+            if resting != listed {
+                return Err(format!("market {} has contracts on levels that no order explains", m.ticker));
+            }
+        }
+        Ok(())
+    }
+
+    /// The canonical hash of the whole state.
+    pub fn state_hash(&self) -> u64 {
+        crate::hash::stable_hash(self)
+    }
+}

@@ -1,0 +1,257 @@
+//! Reads answered from the state: what REST GETs show. Pure functions of the
+//! state; they never change it and are not journaled.
+
+use crate::limits::{FILLS_LIMIT_MAX, FILLS_LIMIT_MIN, LIST_LIMIT_MAX, ORDER_LIST_WINDOW_MS};
+use crate::reply::{ErrorCode, Reject};
+use crate::state::{position_parts, Fill, Key, Market, Order, State, Trade};
+use crate::types::{Cents, ClientOrderId, KeyIdx, MarketStatus, OrderStatus, Outcome, PriceCents};
+
+/// A position as GET /portfolio/positions shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PositionView {
+    pub market_ticker: String,
+    pub outcome: Outcome,
+    pub count: u64,
+    pub cost: Cents,
+}
+
+/// Cash, holds and buying power.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BalanceView {
+    pub cash: Cents,
+    pub held: Cents,
+    pub buying_power: Cents,
+}
+
+/// The book of one market, best first on each side.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrderbookView {
+    pub market_ticker: String,
+    pub up: Vec<(PriceCents, u64)>,
+    pub down: Vec<(PriceCents, u64)>,
+    pub checksum: u32,
+}
+
+/// Filters of GET /portfolio/orders.
+#[derive(Clone, Debug, Default)]
+pub struct OrderFilter {
+    pub market_ticker: Option<String>,
+    pub client_order_id: Option<ClientOrderId>,
+    pub status: Option<OrderStatus>,
+    /// Page size; `LIST_LIMIT_DEFAULT` when `None`.
+    pub limit: Option<u32>,
+    /// Only orders with a smaller id (the previous page's cursor).
+    pub cursor: Option<u64>,
+}
+
+/// A page of a newest-first list and the cursor of the next one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Pass back to get older items; `None` when there are none.
+    pub cursor: Option<u64>,
+}
+
+fn page<T>(items: Vec<T>, more: bool, last_id: Option<u64>) -> Page<T> {
+    Page { items, cursor: if more { last_id } else { None } }
+}
+
+impl State {
+    /// The key behind GET /account; any valid key may read itself.
+    pub fn query_account(&self, key: KeyIdx) -> Result<&Key, Reject> {
+        self.authorize_read(key)
+    }
+
+    /// One order of the key's account.
+    pub fn query_order(&self, key: KeyIdx, order_id: u64) -> Result<Order, Reject> {
+        let account = self.authorize_read(key)?.account;
+        self.order(order_id)
+            .filter(|o| o.account == account)
+            .copied()
+            .ok_or_else(|| Reject::new(ErrorCode::OrderNotFound, format!("No order {order_id} on this account.")))
+    }
+
+    /// The account's orders of the last 24 hours, newest first.
+    pub fn query_orders(&self, key: KeyIdx, filter: &OrderFilter) -> Result<Page<Order>, Reject> {
+        let account_id = self.authorize_read(key)?.account;
+        let limit = list_limit(filter.limit, LIST_LIMIT_MAX)?;
+        let since = self.now_ms.saturating_sub(ORDER_LIST_WINDOW_MS);
+        let account = self.account(account_id).expect("key's account");
+        let market = match &filter.market_ticker {
+            Some(t) => match self.market_ids.get(t) {
+                Some(&id) => Some(id),
+                None => return Ok(Page { items: Vec::new(), cursor: None }),
+            },
+            None => None,
+        };
+        let mut items = Vec::new();
+        let mut more = false;
+        for &id in account.orders.iter().rev() {
+            if filter.cursor.is_some_and(|c| id >= c) {
+                continue;
+            }
+            let order = self.order(id).expect("account orders exist");
+            if order.created_ts_ms < since {
+                break;
+            }
+            let wanted = market.is_none_or(|m| order.market == m)
+                && filter.client_order_id.is_none_or(|c| order.client_order_id == c)
+                && filter.status.is_none_or(|s| order.status == s);
+            if !wanted {
+                continue;
+            }
+            if items.len() == limit {
+                more = true;
+                break;
+            }
+            items.push(*order);
+        }
+        let last = items.last().map(|o: &Order| o.id);
+        Ok(page(items, more, last))
+    }
+
+    /// Positions in windows that have not settled, by market then outcome.
+    pub fn query_positions(&self, key: KeyIdx) -> Result<Vec<PositionView>, Reject> {
+        let account = self.authorize_read(key)?.account;
+        let account = self.account(account).expect("key's account");
+        Ok(account
+            .positions
+            .iter()
+            .filter(|(_, p)| p.count > 0)
+            .map(|(&k, p)| {
+                let (market, outcome) = position_parts(k);
+                PositionView { market_ticker: self.markets[market as usize].ticker.clone(), outcome, count: p.count, cost: p.cost }
+            })
+            .collect())
+    }
+
+    /// The account's fills, newest first; `cursor` is the last fill id of the
+    /// previous page.
+    pub fn query_fills(
+        &self,
+        key: KeyIdx,
+        market_ticker: Option<&str>,
+        limit: Option<u32>,
+        cursor: Option<u64>,
+    ) -> Result<Page<Fill>, Reject> {
+        let account = self.authorize_read(key)?.account;
+        let limit = match limit {
+            Some(l) if !(FILLS_LIMIT_MIN..=FILLS_LIMIT_MAX).contains(&l) => {
+                return Err(Reject::bad_request("limit must be 1 to 500"))
+            }
+            Some(l) => l as usize,
+            None => crate::limits::LIST_LIMIT_DEFAULT as usize,
+        };
+        let market = match market_ticker {
+            Some(t) => match self.market_ids.get(t) {
+                Some(&id) => Some(id),
+                None => return Ok(Page { items: Vec::new(), cursor: None }),
+            },
+            None => None,
+        };
+        let account = self.account(account).expect("key's account");
+        let end = match cursor {
+            Some(c) => account.fills.partition_point(|&id| id < c),
+            None => account.fills.len(),
+        };
+        let mut items = Vec::new();
+        let mut more = false;
+        for &id in account.fills[..end].iter().rev() {
+            let fill = self.fill(id).expect("account fills exist");
+            if market.is_some_and(|m| fill.market != m) {
+                continue;
+            }
+            if items.len() == limit {
+                more = true;
+                break;
+            }
+            items.push(*fill);
+        }
+        let last = items.last().map(|f: &Fill| f.id);
+        Ok(page(items, more, last))
+    }
+
+    /// Cash, held and buying power.
+    pub fn query_balance(&self, key: KeyIdx) -> Result<BalanceView, Reject> {
+        let account = self.authorize_read(key)?.account;
+        let a = self.account(account).expect("key's account");
+        Ok(BalanceView { cash: a.cash, held: a.held, buying_power: a.buying_power() })
+    }
+
+    /// One market by ticker.
+    pub fn query_market(&self, ticker: &str) -> Result<&Market, Reject> {
+        self.market_by_ticker(ticker)
+            .ok_or_else(|| Reject::new(ErrorCode::MarketNotFound, format!("No market {ticker}.")))
+    }
+
+    /// Markets, newest listing first, filtered by series and status;
+    /// `cursor` is the last market id of the previous page.
+    pub fn query_markets(
+        &self,
+        series: Option<&str>,
+        status: Option<MarketStatus>,
+        limit: Option<u32>,
+        cursor: Option<u64>,
+    ) -> Result<Page<&Market>, Reject> {
+        let limit = list_limit(limit, LIST_LIMIT_MAX)?;
+        let series_id = match series {
+            Some(t) => Some(
+                self.series_ids
+                    .get(t)
+                    .copied()
+                    .ok_or_else(|| Reject::new(ErrorCode::SeriesNotFound, format!("No series {t}.")))?,
+            ),
+            None => None,
+        };
+        let end = cursor.map_or(self.markets.len(), |c| (c as usize).min(self.markets.len()));
+        let mut items = Vec::new();
+        let mut more = false;
+        for market in self.markets[..end].iter().rev() {
+            if series_id.is_some_and(|s| market.series != s) || status.is_some_and(|s| market.status != s) {
+                continue;
+            }
+            if items.len() == limit {
+                more = true;
+                break;
+            }
+            items.push(market);
+        }
+        let last = items.last().map(|m: &&Market| u64::from(m.id));
+        Ok(page(items, more, last))
+    }
+
+    /// The book of a market, up to `depth` levels a side (all when `None`).
+    pub fn query_orderbook(&self, ticker: &str, depth: Option<u32>) -> Result<OrderbookView, Reject> {
+        let market = self.query_market(ticker)?;
+        let depth = depth.map_or(usize::MAX, |d| d as usize);
+        Ok(OrderbookView {
+            market_ticker: market.ticker.clone(),
+            up: market.book.side(Outcome::Up).top(depth).collect(),
+            down: market.book.side(Outcome::Down).top(depth).collect(),
+            checksum: market.book.checksum(),
+        })
+    }
+
+    /// Public trades of a market, newest first; `cursor` is the last trade id
+    /// of the previous page.
+    pub fn query_trades(&self, ticker: &str, limit: Option<u32>, cursor: Option<u64>) -> Result<Page<Trade>, Reject> {
+        let market = self.query_market(ticker)?;
+        let limit = list_limit(limit, LIST_LIMIT_MAX)?;
+        let end = match cursor {
+            Some(c) => market.trades.partition_point(|t| t.trade_id < c),
+            None => market.trades.len(),
+        };
+        let start = end.saturating_sub(limit);
+        let items: Vec<Trade> = market.trades[start..end].iter().rev().copied().collect();
+        let last = items.last().map(|t| t.trade_id);
+        Ok(page(items, start > 0, last))
+    }
+}
+
+fn list_limit(limit: Option<u32>, max: u32) -> Result<usize, Reject> {
+    match limit {
+        Some(l) if l == 0 || l > max => Err(Reject::bad_request(format!("limit must be 1 to {max}"))),
+        Some(l) => Ok(l as usize),
+        None => Ok(crate::limits::LIST_LIMIT_DEFAULT as usize),
+    }
+}

@@ -1,0 +1,379 @@
+//! The venue's whole state. Plain data: every map is a `BTreeMap` or a `Vec`
+//! so that iteration order never depends on a hash seed, and every field is
+//! archived by rkyv for snapshots.
+
+use std::collections::BTreeMap;
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+use crate::book::{Book, NIL};
+use crate::command::{SeriesConfig, VenueConfig};
+use crate::types::{
+    AccountId, Action, Cents, ClientOrderId, Environment, FillId, KeyIdx, KeyLimits, MarketId,
+    MarketStatus, OrderId, OrderStatus, Outcome, PriceCents, Scopes, SeriesId, TimeInForce, TsMs,
+};
+
+/// A holding of one outcome in one market.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Position {
+    /// Contracts held.
+    pub count: u64,
+    /// What was paid for them (fees excluded), reduced pro rata on sells.
+    pub cost: Cents,
+    /// Contracts promised to resting sells.
+    pub committed: u64,
+}
+
+/// Key of an account's position map: market and outcome in one integer.
+pub const fn position_key(market: MarketId, outcome: Outcome) -> u64 {
+    ((market as u64) << 1) | outcome.index() as u64
+}
+
+/// Splits a position key.
+pub const fn position_parts(key: u64) -> (MarketId, Outcome) {
+    let outcome = if key & 1 == 0 { Outcome::Up } else { Outcome::Down };
+    ((key >> 1) as MarketId, outcome)
+}
+
+/// One account.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Account {
+    pub id: AccountId,
+    /// All cash, including what resting buys hold.
+    pub cash: Cents,
+    /// Cash held by resting buys; `buying_power = cash - held`.
+    pub held: Cents,
+    /// Sum of the cost of positions in unsettled markets.
+    pub position_cost: Cents,
+    pub terms_accepted: bool,
+    pub trading_allowed: bool,
+    pub suspended: bool,
+    /// Own cap on the amount at risk; `None` uses the venue default.
+    pub risk_cap: Option<Cents>,
+    /// Positions by `position_key`.
+    pub positions: BTreeMap<u64, Position>,
+    /// Every order of the account, oldest first.
+    pub orders: Vec<OrderId>,
+    /// Every fill of the account, oldest first.
+    pub fills: Vec<FillId>,
+    /// Orders of the account resting now.
+    pub resting_orders: u32,
+    pub created_ts_ms: TsMs,
+}
+
+impl Account {
+    /// What the account can spend on new orders now.
+    pub fn buying_power(&self) -> Cents {
+        self.cash - self.held
+    }
+    /// Cost of positions in open windows plus cash held by resting buys.
+    pub fn at_risk(&self) -> Cents {
+        self.position_cost + self.held
+    }
+}
+
+/// A key as the registry holds it. The secret is never here.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub idx: KeyIdx,
+    pub key_id: String,
+    pub fingerprint: [u8; 32],
+    pub account: AccountId,
+    pub name: String,
+    pub environment: Environment,
+    pub scopes: Scopes,
+    /// Effective limits, with the spec's trade-key defaults filled in.
+    pub limits: KeyLimits,
+    pub ip_allowlist: Vec<String>,
+    pub created_ts_ms: TsMs,
+    pub expires_ts_ms: Option<TsMs>,
+    pub revoked_ts_ms: Option<TsMs>,
+    /// UTC day (`ts / DAY_MS`) that `day_used_cents` counts.
+    pub day: u64,
+    /// Notional at limit price of orders placed today, less cancelled remainders.
+    pub day_used_cents: u64,
+    /// Orders of this key resting now.
+    pub resting_orders: u32,
+}
+
+impl Key {
+    /// True while neither revoked nor expired.
+    pub fn is_active(&self, now: TsMs) -> bool {
+        self.revoked_ts_ms.is_none() && self.expires_ts_ms.is_none_or(|t| now < t)
+    }
+}
+
+/// A series and where its listing stands.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Series {
+    pub id: SeriesId,
+    pub config: SeriesConfig,
+    /// Open time of the next window to list.
+    pub next_open_ts_ms: TsMs,
+    /// Its markets, oldest first.
+    pub markets: Vec<MarketId>,
+}
+
+/// One public trade.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Trade {
+    pub trade_id: u64,
+    pub market: MarketId,
+    /// Price on the Up scale.
+    pub up_price: PriceCents,
+    pub count: u32,
+    pub taker_outcome: Outcome,
+    pub taker_action: Action,
+    pub ts_ms: TsMs,
+}
+
+/// One window.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Market {
+    pub id: MarketId,
+    pub series: SeriesId,
+    pub ticker: String,
+    pub open_ts_ms: TsMs,
+    pub close_ts_ms: TsMs,
+    pub status: MarketStatus,
+    /// Underlying price times 10^8 that the window opened on.
+    pub price_to_beat_e8: Option<i64>,
+    pub settlement_price_e8: Option<i64>,
+    pub result: Option<Outcome>,
+    pub settled_ts_ms: Option<TsMs>,
+    pub book: Book,
+    /// Last trade price on the Up scale.
+    pub last_price: Option<PriceCents>,
+    /// Pairs minted and not burned: each holds 1.00 of collateral.
+    pub pairs: u64,
+    /// Contracts of each outcome held by accounts.
+    pub open_interest: [u64; 2],
+    /// Notional (count x limit) of buys resting in this market.
+    pub resting_buy_notional: Cents,
+    pub trades: Vec<Trade>,
+}
+
+impl Market {
+    /// Collateral the market holds: 1.00 per minted pair.
+    pub fn collateral(&self) -> Cents {
+        self.pairs as Cents * crate::limits::PAYOUT_CENTS
+    }
+}
+
+/// One order.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Order {
+    pub id: OrderId,
+    pub account: AccountId,
+    pub key: KeyIdx,
+    pub market: MarketId,
+    pub outcome: Outcome,
+    pub action: Action,
+    /// Limit on the outcome's own scale.
+    pub price: PriceCents,
+    pub time_in_force: TimeInForce,
+    pub post_only: bool,
+    pub status: OrderStatus,
+    pub count: u32,
+    pub filled: u32,
+    /// Sum of fill count times fill price on the outcome's scale.
+    pub fill_cost: Cents,
+    pub fees: Cents,
+    pub created_ts_ms: TsMs,
+    pub updated_ts_ms: TsMs,
+    pub client_order_id: ClientOrderId,
+    /// Cash this order holds now (buys only).
+    pub hold: Cents,
+    /// Largest fee a one-contract fill of this order can cost.
+    pub max_fee_per_contract: Cents,
+    /// Node in the book while resting, else `NIL`.
+    pub node: u32,
+}
+
+impl Order {
+    /// Contracts not filled.
+    pub fn remaining(&self) -> u32 {
+        self.count - self.filled
+    }
+    /// True while on the book.
+    pub fn is_resting(&self) -> bool {
+        self.status == OrderStatus::Resting
+    }
+    /// The hold formula of DESIGN §2 for what remains of a buy.
+    pub fn hold_formula(&self) -> Cents {
+        match (self.action, self.status) {
+            (Action::Buy, OrderStatus::Resting) => {
+                Cents::from(self.remaining()) * (Cents::from(self.price) + self.max_fee_per_contract)
+            }
+            _ => 0,
+        }
+    }
+    /// The book side it rests on and its price on that side's scale.
+    pub fn book_place(&self) -> (Outcome, PriceCents) {
+        let side = self.action.book_side(self.outcome);
+        let price = match self.action {
+            Action::Buy => self.price,
+            Action::Sell => crate::types::flip(self.price),
+        };
+        (side, price)
+    }
+    /// Whether the node field is consistent with the status.
+    pub fn node_consistent(&self) -> bool {
+        self.is_resting() == (self.node != NIL)
+    }
+}
+
+/// One of an account's trades.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fill {
+    pub id: FillId,
+    pub order: OrderId,
+    pub account: AccountId,
+    pub market: MarketId,
+    pub outcome: Outcome,
+    pub action: Action,
+    /// Price on the outcome's own scale.
+    pub price: PriceCents,
+    pub count: u32,
+    /// count x price, fees excluded.
+    pub cost: Cents,
+    pub fee: Cents,
+    pub is_taker: bool,
+    pub trade_id: u64,
+    pub ts_ms: TsMs,
+}
+
+/// Idempotency key: one client_order_id per account.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
+pub struct ClientKey {
+    pub account: AccountId,
+    pub client_order_id: ClientOrderId,
+}
+
+/// Recent prints of one underlying, in arrival order.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct SymbolPrices {
+    /// (t_ms, price_e8), t_ms never decreasing; bounded.
+    pub prints: Vec<(TsMs, i64)>,
+}
+
+impl SymbolPrices {
+    /// Last print with `t_ms <= at`.
+    pub fn last_at_or_before(&self, at: TsMs) -> Option<i64> {
+        let end = self.prints.partition_point(|&(t, _)| t <= at);
+        end.checked_sub(1).map(|i| self.prints[i].1)
+    }
+    /// First print with `t_ms >= at`.
+    pub fn first_at_or_after(&self, at: TsMs) -> Option<i64> {
+        let start = self.prints.partition_point(|&(t, _)| t < at);
+        self.prints.get(start).map(|&(_, p)| p)
+    }
+    /// First print with `t_ms > at`.
+    pub fn first_after(&self, at: TsMs) -> Option<i64> {
+        let start = self.prints.partition_point(|&(t, _)| t <= at);
+        self.prints.get(start).map(|&(_, p)| p)
+    }
+    /// The newest print.
+    pub fn latest(&self) -> Option<(TsMs, i64)> {
+        self.prints.last().copied()
+    }
+}
+
+/// Platform-wide pause.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Pause {
+    pub since_ts_ms: TsMs,
+    pub until_ts_ms: Option<TsMs>,
+}
+
+/// Money that entered and left the venue, for the conservation check.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Ledger {
+    pub deposits: Cents,
+    pub withdrawals: Cents,
+    pub fees: Cents,
+    pub payouts: Cents,
+}
+
+/// Everything.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct State {
+    pub config: VenueConfig,
+    /// Seq of the last command applied (0 before any).
+    pub last_seq: u64,
+    /// Time of the last command applied; never goes backwards.
+    pub now_ms: TsMs,
+    pub pause: Option<Pause>,
+    /// Accounts; index = id - 1.
+    pub accounts: Vec<Account>,
+    /// Keys; index = idx.
+    pub keys: Vec<Key>,
+    pub key_ids: BTreeMap<String, KeyIdx>,
+    pub series: Vec<Series>,
+    pub series_ids: BTreeMap<String, SeriesId>,
+    pub markets: Vec<Market>,
+    pub market_ids: BTreeMap<String, MarketId>,
+    /// Markets not settled yet, oldest first.
+    pub active_markets: Vec<MarketId>,
+    /// The earliest time at which a listing, opening or closing is due.
+    pub next_due_ts_ms: TsMs,
+    /// Orders; index = id - 1.
+    pub orders: Vec<Order>,
+    /// Fills; index = id - 1.
+    pub fills: Vec<Fill>,
+    pub trades_total: u64,
+    pub client_orders: BTreeMap<ClientKey, OrderId>,
+    pub prices: BTreeMap<String, SymbolPrices>,
+    pub ledger: Ledger,
+    /// Running hash over every event emitted so far.
+    pub event_hash: u64,
+    /// Events emitted so far.
+    pub events_total: u64,
+}
+
+impl State {
+    /// A venue with the given configuration and nothing else.
+    pub fn new(config: VenueConfig) -> Self {
+        Self { config, ..Self::default() }
+    }
+    pub fn account(&self, id: AccountId) -> Option<&Account> {
+        id.checked_sub(1).and_then(|i| self.accounts.get(i as usize))
+    }
+    pub(crate) fn account_mut(&mut self, id: AccountId) -> Option<&mut Account> {
+        id.checked_sub(1).and_then(|i| self.accounts.get_mut(i as usize))
+    }
+    pub fn order(&self, id: OrderId) -> Option<&Order> {
+        id.checked_sub(1).and_then(|i| self.orders.get(usize::try_from(i).ok()?))
+    }
+    pub fn fill(&self, id: FillId) -> Option<&Fill> {
+        id.checked_sub(1).and_then(|i| self.fills.get(usize::try_from(i).ok()?))
+    }
+    pub fn market(&self, id: MarketId) -> Option<&Market> {
+        self.markets.get(id as usize)
+    }
+    pub fn market_by_ticker(&self, ticker: &str) -> Option<&Market> {
+        self.market_ids.get(ticker).and_then(|&id| self.market(id))
+    }
+    pub fn key(&self, idx: KeyIdx) -> Option<&Key> {
+        self.keys.get(idx as usize)
+    }
+    pub fn key_by_id(&self, key_id: &str) -> Option<&Key> {
+        self.key_ids.get(key_id).and_then(|&idx| self.key(idx))
+    }
+    pub fn series_by_ticker(&self, ticker: &str) -> Option<&Series> {
+        self.series_ids.get(ticker).and_then(|&id| self.series.get(id as usize))
+    }
+    /// The series a market belongs to.
+    pub fn series_of(&self, market: &Market) -> &Series {
+        &self.series[market.series as usize]
+    }
+    /// Active keys of an account.
+    pub fn active_keys(&self, account: AccountId) -> usize {
+        self.keys.iter().filter(|k| k.account == account && k.is_active(self.now_ms)).count()
+    }
+    /// True while trading is paused at `now_ms`.
+    pub fn is_paused(&self) -> bool {
+        self.pause.is_some_and(|p| p.until_ts_ms.is_none_or(|until| self.now_ms < until))
+    }
+}
