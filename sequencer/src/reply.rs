@@ -148,6 +148,10 @@ impl Reply {
     pub fn reject(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::Rejected(Reject::new(code, message))
     }
+    /// True when the command was refused.
+    pub fn is_rejected(&self) -> bool {
+        matches!(self, Self::Rejected(_))
+    }
     /// The rejection, if any.
     pub fn rejection(&self) -> Option<&Reject> {
         match self {
