@@ -28,6 +28,8 @@ pub struct Venue {
     next_client_id: u32,
     /// Check every invariant after every command.
     pub check: bool,
+    /// Every command applied, as stamped (for journal and replay tests).
+    pub log: Vec<Stamped>,
 }
 
 /// A trader: an account and one read+trade key.
@@ -77,6 +79,7 @@ impl Venue {
             next_key: 0,
             next_client_id: 0,
             check: true,
+            log: Vec::new(),
         }
     }
 
@@ -87,6 +90,7 @@ impl Venue {
         self.events.clear();
         let stamped = Stamped { seq: self.seq, ts_ms: self.now, command };
         let reply = self.state.apply(&stamped, &mut self.events);
+        self.log.push(stamped.clone());
         if self.check {
             if let Err(broken) = self.state.check_invariants() {
                 panic!("after {stamped:?}: {broken}");

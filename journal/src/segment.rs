@@ -1,0 +1,263 @@
+//! Segment files: naming, listing, creation with preallocation, and the
+//! directory syncs that make a new file's existence durable.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::JournalError;
+use crate::format::{SegmentHeader, SEGMENT_HEADER_LEN};
+
+/// Extension of a segment file.
+const SEGMENT_EXT: &str = ".seg";
+/// Extension of a segment that is still being created; such files are
+/// ignored by readers and removed by the writer at open.
+const TEMP_EXT: &str = ".seg.tmp";
+/// Number of decimal digits in a segment file name.
+const NAME_DIGITS: usize = 20;
+/// Granularity at which a new segment's blocks are forced into existence.
+const PREALLOC_STEP: u64 = 4096;
+
+/// The file name of the segment with this index: 20 zero-padded decimal
+/// digits and `.seg`, so that names sort in index order.
+pub fn segment_file_name(index: u64) -> String {
+    format!("{index:020}{SEGMENT_EXT}")
+}
+
+/// The path of the segment with this index inside `dir`.
+pub fn segment_path(dir: &Path, index: u64) -> PathBuf {
+    dir.join(segment_file_name(index))
+}
+
+/// A segment file found in the journal directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SegFile {
+    pub index: u64,
+    pub path: PathBuf,
+}
+
+/// Parses a segment file name back into its index; other names give `None`.
+fn parse_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(SEGMENT_EXT)?;
+    if digits.len() != NAME_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Lists the segment files of `dir`, sorted by index. Files with other
+/// names are ignored so that operators may keep notes or locks beside them.
+pub(crate) fn list_segments(dir: &Path) -> Result<Vec<SegFile>, JournalError> {
+    let entries = fs::read_dir(dir)
+        .map_err(|e| JournalError::io(format!("listing journal directory {}", dir.display()), e))?;
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| {
+            JournalError::io(format!("listing journal directory {}", dir.display()), e)
+        })?;
+        let name = entry.file_name();
+        if let Some(index) = name.to_str().and_then(parse_name) {
+            out.push(SegFile {
+                index,
+                path: entry.path(),
+            });
+        }
+    }
+    out.sort_by_key(|s| s.index);
+    Ok(out)
+}
+
+/// Removes segments that were being created when a writer stopped. They were
+/// never renamed into place, so no reader has seen them and they hold no record.
+pub(crate) fn remove_temp_files(dir: &Path) -> Result<(), JournalError> {
+    let entries = fs::read_dir(dir)
+        .map_err(|e| JournalError::io(format!("listing journal directory {}", dir.display()), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| {
+            JournalError::io(format!("listing journal directory {}", dir.display()), e)
+        })?;
+        let is_temp = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.ends_with(TEMP_EXT));
+        if is_temp {
+            let path = entry.path();
+            fs::remove_file(&path).map_err(|e| {
+                JournalError::io(format!("removing unfinished segment {}", path.display()), e)
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes the directory's entries (created, renamed or removed files) durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), JournalError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| JournalError::io(format!("syncing journal directory {}", dir.display()), e))
+}
+
+/// Reads and checks the header of a segment file without mapping it.
+pub(crate) fn read_header(path: &Path) -> Result<SegmentHeader, JournalError> {
+    let mut buf = [0u8; SEGMENT_HEADER_LEN];
+    let mut file = File::open(path)
+        .map_err(|e| JournalError::io(format!("opening segment {}", path.display()), e))?;
+    file.read_exact(&mut buf).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            JournalError::Corrupt {
+                segment: path.to_path_buf(),
+                offset: 0,
+                reason: "file is shorter than the segment header".into(),
+            }
+        } else {
+            JournalError::io(format!("reading segment header of {}", path.display()), e)
+        }
+    })?;
+    SegmentHeader::decode(&buf).map_err(|reason| JournalError::Corrupt {
+        segment: path.to_path_buf(),
+        offset: 0,
+        reason,
+    })
+}
+
+/// True when an I/O error means the file system has no room left.
+fn is_no_space(e: &io::Error) -> bool {
+    // ENOSPC is 28 and EDQUOT is 122 on Linux; std maps both to these kinds.
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    ) || matches!(e.raw_os_error(), Some(28) | Some(122))
+}
+
+/// Creates segment `index` with its header, fully backed by disk blocks, and
+/// makes both its content and its directory entry durable. Returns the open
+/// file, ready to be mapped.
+///
+/// The file is built under a temporary name and renamed into place only when
+/// complete, so a reader never sees a half-made segment. `set_len` alone
+/// makes a sparse file on Linux; a later store into a hole on a full disk
+/// would raise SIGBUS. Writing one byte per page makes the file system
+/// allocate every block now, so a full disk surfaces here as `NoSpace`.
+pub(crate) fn create_segment(
+    dir: &Path,
+    index: u64,
+    first_seq: u64,
+    segment_bytes: u64,
+) -> Result<File, JournalError> {
+    let final_path = segment_path(dir, index);
+    let temp_path = dir.join(format!("{index:020}{TEMP_EXT}"));
+    let result = build_segment(&temp_path, index, first_seq, segment_bytes);
+    let file = match result {
+        Ok(file) => file,
+        Err(err) => {
+            // Best effort: the temporary file is garbage either way, and the
+            // next open removes it if this removal fails too. Removing it
+            // also gives the space back.
+            let _ = fs::remove_file(&temp_path);
+            return Err(match err {
+                // Name the segment as the operator will look for it.
+                JournalError::NoSpace { source, .. } => JournalError::NoSpace {
+                    path: final_path,
+                    source,
+                },
+                other => other,
+            });
+        }
+    };
+    fs::rename(&temp_path, &final_path).map_err(|e| {
+        JournalError::io(
+            format!(
+                "renaming {} to {}",
+                temp_path.display(),
+                final_path.display()
+            ),
+            e,
+        )
+    })?;
+    sync_dir(dir)?;
+    Ok(file)
+}
+
+fn build_segment(
+    path: &Path,
+    index: u64,
+    first_seq: u64,
+    segment_bytes: u64,
+) -> Result<File, JournalError> {
+    let ctx = |what: &str| format!("{what} new segment {}", path.display());
+    let wrap = |what: &str, e: io::Error| {
+        if is_no_space(&e) {
+            JournalError::NoSpace {
+                path: path.to_path_buf(),
+                source: e,
+            }
+        } else {
+            JournalError::io(ctx(what), e)
+        }
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| wrap("creating", e))?;
+    file.set_len(segment_bytes).map_err(|e| wrap("sizing", e))?;
+    let header = SegmentHeader {
+        index,
+        first_seq,
+        segment_bytes,
+    }
+    .encode();
+    file.write_all_at(&header, 0)
+        .map_err(|e| wrap("writing header of", e))?;
+    let mut at = PREALLOC_STEP;
+    while at < segment_bytes {
+        file.write_all_at(&[0u8], at)
+            .map_err(|e| wrap("preallocating", e))?;
+        at += PREALLOC_STEP;
+    }
+    file.sync_all().map_err(|e| wrap("syncing", e))?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_sort_by_index_and_parse_back() {
+        assert_eq!(segment_file_name(3), "00000000000000000003.seg");
+        assert_eq!(parse_name("00000000000000000003.seg"), Some(3));
+        assert_eq!(parse_name(&segment_file_name(u64::MAX)), Some(u64::MAX));
+        assert_eq!(parse_name("3.seg"), None);
+        assert_eq!(parse_name("00000000000000000003.seg.tmp"), None);
+        assert_eq!(parse_name("0000000000000000000x.seg"), None);
+        assert!(segment_file_name(9) < segment_file_name(10));
+    }
+
+    #[test]
+    fn created_segment_has_header_and_full_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = create_segment(dir.path(), 5, 77, 16384).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 16384);
+        let h = read_header(&segment_path(dir.path(), 5)).unwrap();
+        assert_eq!(
+            h,
+            SegmentHeader {
+                index: 5,
+                first_seq: 77,
+                segment_bytes: 16384
+            }
+        );
+        let listed = list_segments(dir.path()).unwrap();
+        assert_eq!(
+            listed,
+            vec![SegFile {
+                index: 5,
+                path: segment_path(dir.path(), 5)
+            }]
+        );
+    }
+}

@@ -1,0 +1,560 @@
+//! The single writer: append, commit, segment roll, and recovery at open.
+
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use memmap2::MmapMut;
+
+use crate::error::JournalError;
+use crate::format::{
+    encode_record_header, max_payload, record_len, RECORD_ALIGN, RECORD_HEADER_LEN, RECORD_MARKER,
+    SEAL_MARKER, SEGMENT_HEADER_LEN,
+};
+use crate::scan::{cut, scan, TailCut};
+use crate::segment::{create_segment, remove_temp_files, sync_dir};
+
+/// Default size of a segment file: 256 MiB.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 256 * 1024 * 1024;
+/// Segment sizes must be a multiple of this (and at least this large).
+pub const SEGMENT_SIZE_UNIT: u64 = 4096;
+
+/// When appended records are made durable (msync of the written range).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Flush after every `append` (and so also at every `commit`).
+    Always,
+    /// The caller calls `commit` once per batch; `commit` flushes.
+    GroupCommit,
+    /// `commit` flushes only when at least this many milliseconds passed since
+    /// the last flush. The journal reads the monotonic clock here; that clock
+    /// never reaches the records, so replay stays deterministic.
+    IntervalMs(u64),
+    /// Never flush on `commit`; only `sync` (or a segment roll) flushes.
+    /// Data still reaches disk through the kernel's own writeback. For benchmarks.
+    Never,
+}
+
+/// How to open a journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalConfig {
+    /// Directory of segment files; created when missing.
+    pub dir: PathBuf,
+    /// Size of each new segment file, preallocated at creation. A multiple of 4096.
+    pub segment_bytes: u64,
+    pub durability: Durability,
+    /// When true, damage in the middle of the log (bad record, sequence gap,
+    /// missing segment, bad segment header) makes open cut the journal back to
+    /// the last good record instead of failing. A torn tail is always cut.
+    pub truncate_on_corruption: bool,
+}
+
+impl JournalConfig {
+    /// A configuration with the defaults: 256 MiB segments, group commit,
+    /// and refusal to open a journal damaged in the middle.
+    pub fn new(dir: impl Into<PathBuf>) -> JournalConfig {
+        JournalConfig {
+            dir: dir.into(),
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            durability: Durability::GroupCommit,
+            truncate_on_corruption: false,
+        }
+    }
+}
+
+/// What open found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// Valid records in the journal after recovery.
+    pub records: u64,
+    pub first_seq: Option<u64>,
+    pub last_seq: Option<u64>,
+    /// Segment files in the journal after recovery.
+    pub segments: u64,
+    /// The cut made at open: a torn tail, or damage when `truncate_on_corruption` is set.
+    pub truncated_tail: Option<TailCut>,
+    /// A last segment that held no record (a crash right after it was created)
+    /// and was removed; it is re-created by the next append.
+    pub removed_empty_segment: Option<PathBuf>,
+}
+
+/// The segment being appended to.
+struct Active {
+    index: u64,
+    path: PathBuf,
+    map: MmapMut,
+    /// Offset of the next record header.
+    pos: usize,
+    /// Bytes before this offset are known to be flushed.
+    synced: usize,
+}
+
+/// The single writer of a journal. Only one may exist per directory at a time
+/// (this is not enforced with a lock; the process that owns the sequencer owns
+/// the journal).
+///
+/// Dropping it does not flush: appended records stay in the kernel's page
+/// cache, which survives the process but not a power loss. `close` or `sync`
+/// makes them durable and reports a failure.
+pub struct Journal {
+    dir: PathBuf,
+    segment_bytes: u64,
+    durability: Durability,
+    /// `None` when there is no segment yet, or the last one is sealed or full.
+    active: Option<Active>,
+    /// Index given to the next segment created.
+    next_index: u64,
+    last_seq: Option<u64>,
+    last_flush: Instant,
+    poisoned: bool,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("dir", &self.dir)
+            .field("segment", &self.active.as_ref().map(|a| &a.path))
+            .field("pos", &self.active.as_ref().map(|a| a.pos))
+            .field("last_seq", &self.last_seq)
+            .finish()
+    }
+}
+
+impl Journal {
+    /// Opens (creating the directory if missing) and recovers the journal:
+    /// every segment and record is checked, a torn tail is cut off, and the
+    /// writer is positioned after the last good record.
+    pub fn open(config: JournalConfig) -> Result<(Journal, Recovery), JournalError> {
+        let JournalConfig {
+            dir,
+            segment_bytes,
+            durability,
+            truncate_on_corruption,
+        } = config;
+        if segment_bytes < SEGMENT_SIZE_UNIT || !segment_bytes.is_multiple_of(SEGMENT_SIZE_UNIT) {
+            return Err(JournalError::Invalid(format!(
+                "segment_bytes {segment_bytes} must be a non-zero multiple of {SEGMENT_SIZE_UNIT}"
+            )));
+        }
+        if usize::try_from(segment_bytes).is_err() {
+            return Err(JournalError::Invalid(format!(
+                "segment_bytes {segment_bytes} does not fit in memory"
+            )));
+        }
+        // Directories created here must reach their parents durably too, or
+        // a power loss could take the whole journal directory away.
+        let missing: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        fs::create_dir_all(&dir).map_err(|e| {
+            JournalError::io(format!("creating journal directory {}", dir.display()), e)
+        })?;
+        for created in &missing {
+            if let Some(parent) = created.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dir(parent)?;
+            }
+        }
+        remove_temp_files(&dir)?;
+
+        let mut found = scan(&dir)?;
+        let mut truncated_tail = None;
+        if let Some(f) = found.problem.take() {
+            let is_torn = f.problem.kind == crate::scan::ProblemKind::TornTail;
+            if !is_torn && !truncate_on_corruption {
+                let next_present = found.segments.get(f.seg_pos).map(|s| s.path.as_path());
+                return Err(f.problem.to_error(next_present));
+            }
+            let (bytes_dropped, segments_removed) =
+                cut(&dir, &found.segments, f.seg_pos, f.problem.offset)?;
+            truncated_tail = Some(TailCut {
+                segment: f.problem.segment,
+                segment_index: f.problem.segment_index,
+                offset: f.problem.offset,
+                bytes_dropped,
+                segments_removed,
+                kind: f.problem.kind,
+                reason: f.problem.reason,
+            });
+            // Scan again so that the writer's position comes from the same
+            // code path as a clean open, and so that the cut is verified.
+            found = scan(&dir)?;
+            if let Some(f) = found.problem {
+                let next_present = found.segments.get(f.seg_pos).map(|s| s.path.as_path());
+                return Err(f.problem.to_error(next_present));
+            }
+        }
+
+        let mut segments = found.segments.len() as u64;
+        let mut removed_empty_segment = None;
+        let mut active = None;
+        let mut next_index = 0;
+        if let Some(tail) = found.tail {
+            if tail.records == 0 {
+                // A segment is created together with its first record, so an
+                // empty last segment means that record never reached the disk.
+                // Removing it lets the next append choose its first seq freely
+                // on an empty journal and re-create the segment.
+                fs::remove_file(&tail.path).map_err(|e| {
+                    JournalError::io(format!("removing empty segment {}", tail.path.display()), e)
+                })?;
+                sync_dir(&dir)?;
+                segments -= 1;
+                next_index = tail.index;
+                match truncated_tail.as_mut() {
+                    Some(cut) => cut.segments_removed.push(tail.path),
+                    None => removed_empty_segment = Some(tail.path),
+                }
+            } else if tail.writable {
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&tail.path)
+                    .map_err(|e| {
+                        JournalError::io(format!("opening segment {}", tail.path.display()), e)
+                    })?;
+                // SAFETY: the file is a complete, preallocated segment that is
+                // never shrunk, so every mapped byte is backed by the file.
+                // This is the only writer; readers map the same file read-only
+                // and only look at records after their marker is published.
+                let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| {
+                    JournalError::io(format!("mapping segment {}", tail.path.display()), e)
+                })?;
+                let pos = usize::try_from(tail.end).expect("segment fits in memory");
+                active = Some(Active {
+                    index: tail.index,
+                    path: tail.path,
+                    map,
+                    pos,
+                    synced: pos,
+                });
+                next_index = tail.index + 1;
+            } else {
+                next_index = tail.index + 1;
+            }
+        }
+
+        let recovery = Recovery {
+            records: found.records,
+            first_seq: found.first_seq,
+            last_seq: found.last_seq,
+            segments,
+            truncated_tail,
+            removed_empty_segment,
+        };
+        let journal = Journal {
+            dir,
+            segment_bytes,
+            durability,
+            active,
+            next_index,
+            last_seq: found.last_seq,
+            last_flush: Instant::now(),
+            poisoned: false,
+        };
+        Ok((journal, recovery))
+    }
+
+    /// Appends one record. `seq` must be exactly `last_seq + 1`; on an empty
+    /// journal any `seq >= 1` starts it. Rolls to a new segment when the
+    /// record does not fit in the current one. Durable only per the policy:
+    /// with `Always` before this returns, otherwise after `commit`/`sync`.
+    ///
+    /// No allocation and no system call happen here except on a segment roll
+    /// and on the flush of `Durability::Always`.
+    pub fn append(&mut self, seq: u64, kind: u16, payload: &[u8]) -> Result<(), JournalError> {
+        if self.poisoned {
+            return Err(JournalError::Poisoned);
+        }
+        match self.last_seq {
+            Some(last) if last.checked_add(1) != Some(seq) => {
+                return Err(JournalError::OutOfOrder {
+                    expected: last.wrapping_add(1),
+                    got: seq,
+                });
+            }
+            None if seq == 0 => {
+                return Err(JournalError::OutOfOrder {
+                    expected: 1,
+                    got: 0,
+                })
+            }
+            _ => {}
+        }
+        let max = max_payload(self.segment_bytes);
+        if payload.len() > max {
+            return Err(JournalError::RecordTooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        let total = record_len(payload.len());
+        let fits = self
+            .active
+            .as_ref()
+            .is_some_and(|a| a.pos + total <= a.map.len());
+        if !fits {
+            self.roll(seq)?;
+        }
+        let active = self.active.as_mut().expect("roll leaves an active segment");
+        let pos = active.pos;
+        assert!(
+            pos + total <= active.map.len(),
+            "record must fit after a roll"
+        );
+        assert_eq!(pos % RECORD_ALIGN, 0, "record headers are 16-byte aligned");
+        let start = pos + RECORD_HEADER_LEN;
+        let end = start + payload.len();
+        assert_eq!(
+            active.map[start..].as_ptr() as usize % RECORD_ALIGN,
+            0,
+            "payloads must be 16-byte aligned in memory for zero-copy decoding"
+        );
+        assert_eq!(
+            active.map[pos..pos + 4],
+            [0u8; 4],
+            "appending over a published slot"
+        );
+        // The payload goes first and the marker last, so that a reader (or
+        // recovery after a crash) never takes a half-written record as valid.
+        active.map[start..end].copy_from_slice(payload);
+        active.map[end..pos + total].fill(0);
+        let header = encode_record_header(RECORD_MARKER, seq, kind, payload);
+        publish(&mut active.map, pos, &header);
+        active.pos = pos + total;
+        self.last_seq = Some(seq);
+        if self.durability == Durability::Always {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Makes the records appended so far durable according to the policy.
+    pub fn commit(&mut self) -> Result<(), JournalError> {
+        if self.poisoned {
+            return Err(JournalError::Poisoned);
+        }
+        match self.durability {
+            Durability::Always | Durability::GroupCommit => self.flush(),
+            Durability::IntervalMs(ms) => {
+                if self.last_flush.elapsed() >= Duration::from_millis(ms) {
+                    self.flush()
+                } else {
+                    Ok(())
+                }
+            }
+            Durability::Never => Ok(()),
+        }
+    }
+
+    /// Flushes everything appended so far, whatever the policy.
+    pub fn sync(&mut self) -> Result<(), JournalError> {
+        if self.poisoned {
+            return Err(JournalError::Poisoned);
+        }
+        self.flush()
+    }
+
+    /// The sequence number of the last appended record.
+    pub fn last_seq(&self) -> Option<u64> {
+        self.last_seq
+    }
+
+    /// The journal directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The durability policy in force.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Flushes and closes the journal, reporting a flush failure that a plain
+    /// drop would have to ignore.
+    pub fn close(mut self) -> Result<(), JournalError> {
+        self.sync()
+    }
+
+    /// msyncs the range written since the last flush. On Linux msync(MS_SYNC)
+    /// writes the pages and waits like fdatasync for that range; the file's
+    /// length and blocks were made durable when the segment was created.
+    fn flush(&mut self) -> Result<(), JournalError> {
+        if let Some(a) = self.active.as_mut() {
+            if a.pos > a.synced {
+                if let Err(e) = a.map.flush_range(a.synced, a.pos - a.synced) {
+                    self.poisoned = true;
+                    return Err(JournalError::io(
+                        format!("flushing segment {}", a.path.display()),
+                        e,
+                    ));
+                }
+                a.synced = a.pos;
+            }
+        }
+        self.last_flush = Instant::now();
+        Ok(())
+    }
+
+    /// Seals the current segment, flushes it whatever the policy, and creates
+    /// the next one starting at `first_seq`. Flushing before the next segment
+    /// exists keeps a simple invariant for recovery: only the last segment can
+    /// ever have a torn tail.
+    fn roll(&mut self, first_seq: u64) -> Result<(), JournalError> {
+        if let Some(mut a) = self.active.take() {
+            if a.pos + RECORD_HEADER_LEN <= a.map.len() {
+                let seal = encode_record_header(SEAL_MARKER, self.last_seq.unwrap_or(0), 0, &[]);
+                let pos = a.pos;
+                publish(&mut a.map, pos, &seal);
+                a.pos += RECORD_HEADER_LEN;
+            }
+            if a.pos > a.synced {
+                if let Err(e) = a.map.flush_range(a.synced, a.pos - a.synced) {
+                    self.poisoned = true;
+                    return Err(JournalError::io(
+                        format!("flushing sealed segment {}", a.path.display()),
+                        e,
+                    ));
+                }
+            }
+            self.next_index = a.index + 1;
+        }
+        let index = self.next_index;
+        let file = create_segment(&self.dir, index, first_seq, self.segment_bytes)?;
+        let path = crate::segment::segment_path(&self.dir, index);
+        // SAFETY: `create_segment` preallocated the whole file and synced it;
+        // it is never shrunk, so every mapped byte is backed. This is the only
+        // writer; readers map it read-only.
+        let map = unsafe { MmapMut::map_mut(&file) }
+            .map_err(|e| JournalError::io(format!("mapping segment {}", path.display()), e))?;
+        self.next_index = index + 1;
+        self.active = Some(Active {
+            index,
+            path,
+            map,
+            pos: SEGMENT_HEADER_LEN,
+            synced: SEGMENT_HEADER_LEN,
+        });
+        Ok(())
+    }
+}
+
+/// Writes a record header at `pos`: bytes 4..32 first, then the marker with
+/// release ordering, so that a reader that loads the marker with acquire
+/// ordering sees the whole header and payload.
+fn publish(map: &mut MmapMut, pos: usize, header: &[u8; RECORD_HEADER_LEN]) {
+    assert_eq!(pos % RECORD_ALIGN, 0);
+    map[pos + 4..pos + RECORD_HEADER_LEN].copy_from_slice(&header[4..]);
+    let marker = u32::from_ne_bytes(header[0..4].try_into().expect("4 bytes"));
+    let ptr = map[pos..pos + 4].as_mut_ptr().cast::<u32>();
+    // SAFETY: `ptr` points into our writable mapping, is 4-byte aligned
+    // (page-aligned base plus a 16-byte aligned offset, asserted above) and
+    // valid for reads and writes while `map` is borrowed mutably. Readers in
+    // other threads only read these bytes, with a volatile load followed by an
+    // acquire fence, so this atomic store is the only write to them.
+    let atomic = unsafe { AtomicU32::from_ptr(ptr) };
+    atomic.store(marker, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(dir: &Path, durability: Durability) -> Journal {
+        let mut cfg = JournalConfig::new(dir);
+        cfg.segment_bytes = 64 * 1024;
+        cfg.durability = durability;
+        Journal::open(cfg).unwrap().0
+    }
+
+    /// (position, flushed position) of the active segment.
+    fn positions(j: &Journal) -> (usize, usize) {
+        let a = j.active.as_ref().unwrap();
+        (a.pos, a.synced)
+    }
+
+    #[test]
+    fn defaults() {
+        let cfg = JournalConfig::new("/x");
+        assert_eq!(cfg.segment_bytes, 256 * 1024 * 1024);
+        assert_eq!(cfg.durability, Durability::GroupCommit);
+        assert!(!cfg.truncate_on_corruption);
+    }
+
+    #[test]
+    fn always_flushes_on_every_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::Always);
+        j.append(1, 1, b"a").unwrap();
+        let (pos, synced) = positions(&j);
+        assert_eq!(pos, synced);
+    }
+
+    #[test]
+    fn group_commit_flushes_on_commit_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::GroupCommit);
+        j.append(1, 1, b"a").unwrap();
+        j.append(2, 1, b"b").unwrap();
+        let (pos, synced) = positions(&j);
+        assert!(synced < pos);
+        j.commit().unwrap();
+        let (pos, synced) = positions(&j);
+        assert_eq!(pos, synced);
+    }
+
+    #[test]
+    fn interval_flushes_only_when_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::IntervalMs(3_600_000));
+        j.append(1, 1, b"a").unwrap();
+        j.commit().unwrap();
+        let (pos, synced) = positions(&j);
+        assert!(synced < pos, "an hour has not passed");
+        j.sync().unwrap();
+        let (pos, synced) = positions(&j);
+        assert_eq!(pos, synced, "sync flushes whatever the policy");
+
+        let dir2 = tempfile::tempdir().unwrap();
+        let mut j = open(dir2.path(), Durability::IntervalMs(0));
+        j.append(1, 1, b"a").unwrap();
+        j.commit().unwrap();
+        let (pos, synced) = positions(&j);
+        assert_eq!(pos, synced);
+    }
+
+    #[test]
+    fn never_leaves_flushing_to_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::Never);
+        j.append(1, 1, b"a").unwrap();
+        j.commit().unwrap();
+        let (pos, synced) = positions(&j);
+        assert!(synced < pos);
+        j.sync().unwrap();
+        let (pos, synced) = positions(&j);
+        assert_eq!(pos, synced);
+    }
+
+    #[test]
+    fn roll_seals_and_flushes_the_old_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::Never);
+        let mut seq = 1;
+        while j.active.as_ref().map(|a| a.index) != Some(1) {
+            j.append(seq, 1, &[0xAB; 1000]).unwrap();
+            seq += 1;
+        }
+        let bytes = std::fs::read(crate::segment::segment_path(dir.path(), 0)).unwrap();
+        let records = (seq - 2) as usize;
+        let seal_at = SEGMENT_HEADER_LEN + records * record_len(1000);
+        let marker = crate::format::read_u32(&bytes, seal_at);
+        assert_eq!(marker, SEAL_MARKER);
+        assert_eq!(
+            crate::format::decode_slot(&bytes, seal_at, marker),
+            crate::format::Slot::Seal
+        );
+    }
+}

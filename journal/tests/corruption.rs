@@ -1,0 +1,340 @@
+//! Damage inside the log: open refuses it naming the spot, or cuts it when
+//! asked; verify names the first bad record.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::*;
+use journal::format::{self, SegmentHeader};
+use journal::{Journal, JournalError, ProblemKind, Reader};
+
+const N: u64 = 2000;
+
+/// A journal of N records and the records as read back.
+fn setup() -> (tempfile::TempDir, Vec<Owned>) {
+    let dir = tempfile::tempdir().unwrap();
+    make_journal(dir.path(), SEG, N);
+    let recs = read_all(dir.path());
+    assert!(recs.last().unwrap().segment >= 3);
+    (dir, recs)
+}
+
+/// The record in the middle of segment 1.
+fn middle_record(recs: &[Owned]) -> &Owned {
+    let in_seg1: Vec<&Owned> = recs.iter().filter(|r| r.segment == 1).collect();
+    in_seg1[in_seg1.len() / 2]
+}
+
+fn with_truncate(dir: &Path) -> journal::JournalConfig {
+    let mut cfg = config(dir, SEG);
+    cfg.truncate_on_corruption = true;
+    cfg
+}
+
+#[test]
+fn flipped_bit_in_a_middle_record_fails_open_naming_segment_and_offset() {
+    let (dir, recs) = setup();
+    let victim = middle_record(&recs).clone();
+    // Flip one bit of the payload (or of the header when the payload is empty).
+    let at = victim.offset as usize
+        + if victim.payload.is_empty() {
+            10
+        } else {
+            32 + victim.payload.len() / 2
+        };
+    patch_file(&seg_path(dir.path(), 1), |b| b[at] ^= 0x10);
+
+    let err = Journal::open(config(dir.path(), SEG)).unwrap_err();
+    match &err {
+        JournalError::Corrupt {
+            segment,
+            offset,
+            reason,
+        } => {
+            assert_eq!(segment, &seg_path(dir.path(), 1));
+            assert_eq!(*offset, victim.offset);
+            assert!(reason.contains("crc") || reason.contains("seq"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert!(err.is_corruption());
+    let msg = err.to_string();
+    assert!(
+        msg.contains("00000000000000000001.seg") && msg.contains(&victim.offset.to_string()),
+        "{msg}"
+    );
+
+    let report = journal::verify(dir.path()).unwrap();
+    assert!(!report.is_ok());
+    let p = report.problem.clone().unwrap();
+    assert_eq!(
+        (p.kind, p.segment_index, p.offset),
+        (ProblemKind::Corrupt, 1, victim.offset)
+    );
+    assert_eq!(p.segment, seg_path(dir.path(), 1));
+    assert_eq!(report.last_seq, Some(victim.seq - 1));
+    assert_eq!(report.records, victim.seq - 1);
+
+    // A reader stops at the same spot with the same error.
+    let mut r = Reader::open(dir.path()).unwrap();
+    let mut last = 0;
+    let err = loop {
+        match r.next() {
+            Ok(Some(rec)) => last = rec.seq,
+            Ok(None) => panic!("reader reached the end"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(last, victim.seq - 1);
+    assert!(matches!(err, JournalError::Corrupt { offset, .. } if offset == victim.offset));
+
+    // With truncate_on_corruption the journal is cut there and reopened.
+    let (mut j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
+    assert_eq!(rec.last_seq, Some(victim.seq - 1));
+    assert_eq!(rec.records, victim.seq - 1);
+    let t = rec.truncated_tail.expect("cut reported");
+    assert_eq!(
+        (t.segment_index, t.offset, t.kind),
+        (1, victim.offset, ProblemKind::Corrupt)
+    );
+    let later: Vec<_> = (2..=recs.last().unwrap().segment)
+        .map(|i| seg_path(dir.path(), i))
+        .collect();
+    assert_eq!(t.segments_removed, later);
+    assert!(later.iter().all(|p| !p.exists()));
+    assert_eq!(rec.segments, 2);
+    j.append(
+        victim.seq,
+        kind_for(victim.seq),
+        &payload(victim.seq, size_for(victim.seq)),
+    )
+    .unwrap();
+    write_range(&mut j, victim.seq + 1, victim.seq + 500);
+    j.close().unwrap();
+    assert_records(&read_all(dir.path()), 1, victim.seq + 500);
+    assert!(journal::verify(dir.path()).unwrap().is_ok());
+}
+
+#[test]
+fn bit_flip_anywhere_in_a_middle_segment_header_or_record_is_caught() {
+    let (dir, recs) = setup();
+    let victim = middle_record(&recs).clone();
+    let len = format::record_len(victim.payload.len()).min(32 + victim.payload.len());
+    // Every bit of the record (header and payload; padding is not data).
+    for byte in 0..len {
+        for bit in [0, 3, 7] {
+            let work = tempfile::tempdir().unwrap();
+            copy_dir(dir.path(), work.path());
+            patch_file(&seg_path(work.path(), 1), |b| {
+                b[victim.offset as usize + byte] ^= 1 << bit
+            });
+            let err = Journal::open(config(work.path(), SEG)).unwrap_err();
+            match err {
+                JournalError::Corrupt { offset, .. } | JournalError::SeqGap { offset, .. } => {
+                    assert_eq!(offset, victim.offset, "byte {byte} bit {bit}")
+                }
+                other => panic!("byte {byte} bit {bit}: {other:?}"),
+            }
+        }
+    }
+    // Every byte of the segment header.
+    for byte in 0..64 {
+        let work = tempfile::tempdir().unwrap();
+        copy_dir(dir.path(), work.path());
+        patch_file(&seg_path(work.path(), 1), |b| b[byte] ^= 0x04);
+        match Journal::open(config(work.path(), SEG)).unwrap_err() {
+            JournalError::Corrupt {
+                segment, offset: 0, ..
+            } => assert_eq!(segment, seg_path(work.path(), 1)),
+            other => panic!("header byte {byte}: {other:?}"),
+        }
+        let p = journal::verify(work.path()).unwrap().problem.unwrap();
+        assert_eq!(
+            (p.kind, p.segment_index, p.offset),
+            (ProblemKind::BadSegmentHeader, 1, 0)
+        );
+    }
+}
+
+#[test]
+fn missing_middle_segment_is_an_error_or_a_cut() {
+    let (dir, recs) = setup();
+    fs::remove_file(seg_path(dir.path(), 1)).unwrap();
+    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+        JournalError::MissingSegment { expected, found } => {
+            assert_eq!(expected, seg_path(dir.path(), 1));
+            assert_eq!(found, seg_path(dir.path(), 2));
+        }
+        other => panic!("{other:?}"),
+    }
+    let report = journal::verify(dir.path()).unwrap();
+    let p = report.problem.unwrap();
+    assert_eq!((p.kind, p.segment_index), (ProblemKind::MissingSegment, 1));
+    let last_in_0 = recs
+        .iter()
+        .filter(|r| r.segment == 0)
+        .map(|r| r.seq)
+        .max()
+        .unwrap();
+    assert_eq!(report.last_seq, Some(last_in_0));
+    // A reader reaches the end of segment 0 and then reports the gap.
+    let mut r = Reader::open(dir.path()).unwrap();
+    let err = loop {
+        match r.next() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("reader reached the end"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(err, JournalError::MissingSegment { .. }),
+        "{err:?}"
+    );
+
+    let (mut j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
+    assert_eq!(rec.last_seq, Some(last_in_0));
+    let t = rec.truncated_tail.unwrap();
+    assert_eq!(t.kind, ProblemKind::MissingSegment);
+    assert_eq!(t.segments_removed.first(), Some(&seg_path(dir.path(), 2)));
+    assert_eq!(segment_count(dir.path()), 1);
+    write_range(&mut j, last_in_0 + 1, last_in_0 + 10);
+    j.close().unwrap();
+    assert_records(&read_all(dir.path()), 1, last_in_0 + 10);
+    assert!(
+        seg_path(dir.path(), 1).exists(),
+        "the next segment takes the missing index"
+    );
+}
+
+#[test]
+fn seq_gap_between_segments_is_an_error() {
+    let (dir, recs) = setup();
+    // Rewrite segment 2's header as if it started five seqs later.
+    let path = seg_path(dir.path(), 2);
+    let first_in_2 = recs.iter().find(|r| r.segment == 2).unwrap().seq;
+    patch_file(&path, |b| {
+        let h = SegmentHeader::decode(&b[..64]).unwrap();
+        assert_eq!(h.first_seq, first_in_2);
+        let h2 = SegmentHeader {
+            first_seq: h.first_seq + 5,
+            ..h
+        };
+        b[..64].copy_from_slice(&h2.encode());
+    });
+    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+        JournalError::SeqGap {
+            segment,
+            offset,
+            expected,
+            found,
+        } => {
+            assert_eq!((segment, offset), (path.clone(), 0));
+            assert_eq!((expected, found), (first_in_2, first_in_2 + 5));
+        }
+        other => panic!("{other:?}"),
+    }
+    let p = journal::verify(dir.path()).unwrap().problem.unwrap();
+    assert_eq!(
+        p.kind,
+        ProblemKind::SeqGap {
+            expected: first_in_2,
+            found: first_in_2 + 5
+        }
+    );
+    let (_j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
+    assert_eq!(rec.last_seq, Some(first_in_2 - 1));
+    assert!(!path.exists());
+}
+
+#[test]
+fn seq_gap_inside_a_segment_with_valid_crcs_is_an_error() {
+    let (dir, recs) = setup();
+    let victim = middle_record(&recs).clone();
+    // Re-encode the record with a later seq and a matching checksum: only
+    // the continuity check can catch it.
+    patch_file(&seg_path(dir.path(), 1), |b| {
+        let off = victim.offset as usize;
+        let h = format::encode_record_header(
+            format::RECORD_MARKER,
+            victim.seq + 3,
+            victim.kind,
+            &victim.payload,
+        );
+        b[off..off + 32].copy_from_slice(&h);
+    });
+    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+        JournalError::SeqGap {
+            segment,
+            offset,
+            expected,
+            found,
+        } => {
+            assert_eq!(segment, seg_path(dir.path(), 1));
+            assert_eq!(offset, victim.offset);
+            assert_eq!((expected, found), (victim.seq, victim.seq + 3));
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut r = Reader::open(dir.path()).unwrap();
+    r.seek(victim.seq - 1).unwrap();
+    assert_eq!(r.next().unwrap().unwrap().seq, victim.seq - 1);
+    assert!(matches!(r.next(), Err(JournalError::SeqGap { .. })));
+}
+
+#[test]
+fn truncated_segment_file_is_reported_not_mapped_past_its_end() {
+    let (dir, _) = setup();
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(seg_path(dir.path(), 1))
+        .unwrap();
+    f.set_len(SEG / 2).unwrap();
+    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+        JournalError::Corrupt {
+            segment,
+            offset: 0,
+            reason,
+        } => {
+            assert_eq!(segment, seg_path(dir.path(), 1));
+            assert!(reason.contains("bytes"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn truncate_after_cuts_at_a_record() {
+    let (dir, recs) = setup();
+    let victim = middle_record(&recs).clone();
+    let t = journal::truncate_after(dir.path(), 1, victim.offset).unwrap();
+    assert_eq!((t.segment_index, t.offset), (1, victim.offset));
+    assert!(t.bytes_dropped > 0);
+    let report = journal::verify(dir.path()).unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(report.last_seq, Some(victim.seq - 1));
+    assert!(
+        journal::truncate_after(dir.path(), 1, 7).is_err(),
+        "not a record boundary"
+    );
+    assert!(
+        journal::truncate_after(dir.path(), 99, 64).is_err(),
+        "no such segment"
+    );
+    // Offset 0 drops the whole segment.
+    journal::truncate_after(dir.path(), 1, 0).unwrap();
+    assert_eq!(segment_count(dir.path()), 1);
+    assert!(journal::verify(dir.path()).unwrap().is_ok());
+}
+
+#[test]
+fn verify_on_a_good_journal() {
+    let (dir, recs) = setup();
+    let report = journal::verify(dir.path()).unwrap();
+    assert!(report.is_ok());
+    assert_eq!(report.records, N);
+    assert_eq!((report.first_seq, report.last_seq), (Some(1), Some(N)));
+    assert_eq!(report.segments, recs.last().unwrap().segment + 1);
+    assert!(journal::verify(&dir.path().join("nope")).is_err());
+}

@@ -1,0 +1,98 @@
+//! A full disk is reported as `NoSpace` when a segment is created, never as a
+//! SIGBUS later. Needs a tiny tmpfs; skipped (with a message) when mounting
+//! is not permitted.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use journal::{Journal, JournalError};
+
+/// A mounted tmpfs that is unmounted when dropped, even if the test panics.
+struct TinyFs {
+    dir: tempfile::TempDir,
+}
+
+impl TinyFs {
+    fn mount(size: &str) -> Option<TinyFs> {
+        let dir = tempfile::tempdir().ok()?;
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .ok()?;
+        if !status.status.success() {
+            eprintln!(
+                "skipping: cannot mount a tmpfs: {}",
+                String::from_utf8_lossy(&status.stderr).trim()
+            );
+            return None;
+        }
+        Some(TinyFs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for TinyFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+#[test]
+fn full_disk_is_no_space_at_segment_creation() {
+    // 50 pages: three 16-page segments, a 1-page ballast file, and one free
+    // page, so the fourth segment's header fits but the rest does not (without
+    // preallocation, stores into its holes would raise SIGBUS).
+    let Some(fs) = TinyFs::mount("200k") else {
+        return;
+    };
+    let jdir: PathBuf = fs.path().join("journal");
+    let ballast = fs.path().join("ballast");
+    std::fs::write(&ballast, vec![1u8; 4096]).unwrap();
+    let (mut j, _) = Journal::open(config(&jdir, SEG)).unwrap();
+    let mut seq = 0;
+    let err = loop {
+        seq += 1;
+        match j.append(seq, 1, &payload(seq, 4000)) {
+            Ok(()) => assert!(seq < 1000, "the disk never filled up"),
+            Err(e) => break e,
+        }
+    };
+    match &err {
+        JournalError::NoSpace { path, .. } => assert_eq!(path, &seg_path(&jdir, 3)),
+        other => panic!("expected NoSpace, got {other:?}"),
+    }
+    assert!(
+        err.to_string().contains("00000000000000000003.seg"),
+        "{err}"
+    );
+    // Nothing was lost or half-made: three full segments, no temporary file.
+    assert_eq!(j.last_seq(), Some(seq - 1));
+    assert_eq!(std::fs::read_dir(&jdir).unwrap().count(), 3);
+    assert!(matches!(
+        j.append(seq, 1, &payload(seq, 4000)),
+        Err(JournalError::NoSpace { .. })
+    ));
+    assert_records_sized(&jdir, seq - 1);
+    // Once space is freed, the same append succeeds.
+    std::fs::remove_file(&ballast).unwrap();
+    let freed = (0..3).map(|i| seg_path(&jdir, i)).collect::<Vec<_>>();
+    std::fs::remove_file(&freed[0]).unwrap();
+    j.append(seq, 1, &payload(seq, 4000)).unwrap();
+    j.close().unwrap();
+    assert!(seg_path(&jdir, 3).exists());
+}
+
+fn assert_records_sized(dir: &Path, last: u64) {
+    let recs = read_all(dir);
+    assert_eq!(recs.len() as u64, last);
+    for r in recs {
+        assert_eq!(r.payload, payload(r.seq, 4000));
+    }
+}

@@ -1,0 +1,206 @@
+//! Crash damage at the end of the journal: every possible cut inside the last
+//! record is recovered, and damage that is not at the tail is refused.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use journal::{Journal, JournalError, ProblemKind, Reader};
+
+/// Builds a journal of `n` records whose last record has a payload of 80
+/// non-zero bytes (a multiple of 16, so the record has no padding and every
+/// byte of it matters). Returns the last record's segment and offset.
+fn build(dir: &Path, n: u64) -> (u64, u64, usize) {
+    let (mut j, _) = Journal::open(config(dir, SEG)).unwrap();
+    write_range(&mut j, 1, n - 1);
+    j.append(n, kind_for(n), &payload(n, 80)).unwrap();
+    j.close().unwrap();
+    let mut r = Reader::open(dir).unwrap();
+    r.seek(n).unwrap();
+    let rec = r.next().unwrap().unwrap();
+    assert_eq!(rec.seq, n);
+    (rec.segment, rec.offset, 32 + 80)
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Damage {
+    /// Bytes from the cut to the end of the record never reached the disk.
+    ZeroFrom,
+    /// Bytes from the cut to the end of the record hold garbage.
+    GarbageFrom,
+    /// Bytes from the start of the record up to the cut never reached the
+    /// disk, but the rest did (the header is written last).
+    ZeroBefore,
+}
+
+fn check_every_cut(damage: Damage) {
+    let base = tempfile::tempdir().unwrap();
+    let n = 700;
+    let (segment, rec_off, rec_len) = build(base.path(), n);
+    assert!(segment >= 2, "the last record should be in a later segment");
+    let rec_off = rec_off as usize;
+    let cuts: Vec<usize> = match damage {
+        Damage::ZeroFrom | Damage::GarbageFrom => (rec_off..rec_off + rec_len).collect(),
+        Damage::ZeroBefore => (rec_off + 1..rec_off + rec_len).collect(),
+    };
+    for cut in cuts {
+        let work = tempfile::tempdir().unwrap();
+        copy_dir(base.path(), work.path());
+        patch_file(&seg_path(work.path(), segment), |b| match damage {
+            Damage::ZeroFrom => b[cut..rec_off + rec_len].fill(0),
+            Damage::GarbageFrom => {
+                for (i, byte) in b[cut..rec_off + rec_len].iter_mut().enumerate() {
+                    *byte = (*byte ^ 0x5A).wrapping_add(i as u8) | 0x80;
+                }
+            }
+            Damage::ZeroBefore => b[rec_off..cut].fill(0),
+        });
+        // verify sees the same thing open is about to fix.
+        let report = journal::verify(work.path()).unwrap();
+        assert_eq!(report.last_seq, Some(n - 1), "{damage:?} cut {cut}");
+        let (mut j, rec) = Journal::open(config(work.path(), SEG))
+            .unwrap_or_else(|e| panic!("{damage:?} cut at {cut}: open failed: {e}"));
+        assert_eq!(rec.records, n - 1, "{damage:?} cut {cut}");
+        assert_eq!(rec.last_seq, Some(n - 1));
+        let whole_record_gone = matches!(damage, Damage::ZeroFrom) && cut == rec_off;
+        if whole_record_gone {
+            assert!(report.is_ok());
+            assert_eq!(rec.truncated_tail, None, "clean end, nothing to cut");
+        } else {
+            let p = report
+                .problem
+                .as_ref()
+                .expect("verify reports the torn tail");
+            assert_eq!(
+                (p.kind, p.segment_index, p.offset),
+                (ProblemKind::TornTail, segment, rec_off as u64)
+            );
+            let t = rec
+                .truncated_tail
+                .as_ref()
+                .unwrap_or_else(|| panic!("{damage:?} cut {cut}: no tail cut"));
+            assert_eq!(t.kind, ProblemKind::TornTail);
+            assert_eq!(t.segment, seg_path(work.path(), segment));
+            assert_eq!(t.segment_index, segment);
+            assert_eq!(t.offset, rec_off as u64);
+            assert!(
+                t.bytes_dropped > 0 && t.bytes_dropped <= rec_len as u64,
+                "{t:?}"
+            );
+            assert!(t.segments_removed.is_empty());
+        }
+        // Appending continues right where the good records end.
+        assert!(
+            matches!(j.append(n + 1, 1, b"x"), Err(JournalError::OutOfOrder { expected, .. }) if expected == n)
+        );
+        j.append(n, 42, b"after recovery").unwrap();
+        j.close().unwrap();
+        let recs = read_all(work.path());
+        assert_records(&recs[..recs.len() - 1], 1, n - 1);
+        let last = recs.last().unwrap();
+        assert_eq!(
+            (last.seq, last.kind, &last.payload[..]),
+            (n, 42, &b"after recovery"[..])
+        );
+        assert_eq!(last.offset, rec_off as u64);
+        assert!(journal::verify(work.path()).unwrap().is_ok());
+    }
+}
+
+#[test]
+fn every_cut_inside_the_last_record_zeroed_suffix() {
+    check_every_cut(Damage::ZeroFrom);
+}
+
+#[test]
+fn every_cut_inside_the_last_record_garbage_suffix() {
+    check_every_cut(Damage::GarbageFrom);
+}
+
+#[test]
+fn every_cut_inside_the_last_record_missing_prefix() {
+    check_every_cut(Damage::ZeroBefore);
+}
+
+#[test]
+fn torn_first_record_of_the_last_segment_removes_that_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut j, _) = Journal::open(config(dir.path(), SEG)).unwrap();
+    let mut seq = 0;
+    while segment_count(dir.path()) < 3 {
+        seq += 1;
+        j.append(seq, kind_for(seq), &payload(seq, size_for(seq)))
+            .unwrap();
+    }
+    j.close().unwrap();
+    // Segment 2 holds exactly one record; tear it.
+    patch_file(&seg_path(dir.path(), 2), |b| b[64 + 40] ^= 0xFF);
+    let (mut j, rec) = Journal::open(config(dir.path(), SEG)).unwrap();
+    assert_eq!(rec.last_seq, Some(seq - 1));
+    let t = rec.truncated_tail.expect("torn tail");
+    assert_eq!(
+        (t.segment_index, t.offset, t.kind),
+        (2, 64, ProblemKind::TornTail)
+    );
+    assert_eq!(t.segments_removed, vec![seg_path(dir.path(), 2)]);
+    assert_eq!(rec.segments, 2);
+    j.append(seq, 3, b"redo").unwrap();
+    j.close().unwrap();
+    let recs = read_all(dir.path());
+    assert_records(&recs[..recs.len() - 1], 1, seq - 1);
+    assert_eq!(
+        (recs.last().unwrap().seq, recs.last().unwrap().segment),
+        (seq, 2)
+    );
+}
+
+#[test]
+fn stray_bytes_after_the_end_are_cut() {
+    // Payload bytes of a record whose header never landed, far past the end.
+    let dir = tempfile::tempdir().unwrap();
+    make_journal(dir.path(), SEG, 20);
+    let end = read_all(dir.path())
+        .last()
+        .map(|r| r.offset as usize + 32 + 256)
+        .unwrap();
+    patch_file(&seg_path(dir.path(), 0), |b| {
+        b[end + 1000..end + 1100].fill(0xEE)
+    });
+    let (_j, rec) = Journal::open(config(dir.path(), SEG)).unwrap();
+    assert_eq!(rec.last_seq, Some(20));
+    let t = rec.truncated_tail.expect("stray bytes are cut");
+    assert_eq!(t.kind, ProblemKind::TornTail);
+    assert!(t.offset as usize <= end + 1000);
+    let bytes = std::fs::read(seg_path(dir.path(), 0)).unwrap();
+    assert!(
+        bytes[t.offset as usize..].iter().all(|&b| b == 0),
+        "the tail is zero again"
+    );
+}
+
+#[test]
+fn bad_record_followed_by_a_valid_one_is_not_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    make_journal(dir.path(), SEG, 30);
+    let recs = read_all(dir.path());
+    let victim = &recs[recs.len() - 3];
+    let (seg, off) = (victim.segment, victim.offset);
+    patch_file(&seg_path(dir.path(), seg), |b| b[off as usize + 9] ^= 0x01);
+    match Journal::open(config(dir.path(), SEG)) {
+        Err(JournalError::Corrupt {
+            segment,
+            offset,
+            reason,
+        }) => {
+            assert_eq!(segment, seg_path(dir.path(), seg));
+            assert_eq!(offset, off);
+            assert!(reason.contains("valid record follows"), "{reason}");
+        }
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    let report = journal::verify(dir.path()).unwrap();
+    let p = report.problem.unwrap();
+    assert_eq!((p.kind, p.offset), (ProblemKind::Corrupt, off));
+    assert_eq!(report.last_seq, Some(victim.seq - 1));
+}

@@ -1,0 +1,20 @@
+//! Rebuilding the venue from its journal, and the live driver that writes it.
+//!
+//! - [`codec`] turns a stamped command into journal bytes (rkyv) and back.
+//! - [`Node`] is the one place that stamps, journals, then applies a command:
+//!   the gateway's sequencer thread and the tools drive it.
+//! - [`rebuild`] feeds a journal, from the newest valid snapshot, through the
+//!   same `sequencer` code; there is exactly one implementation of the rules.
+//! - [`snapshot`] writes and loads checksummed rkyv images of the state.
+//!
+//! What it deliberately does not do: it holds no business rule, opens no
+//! socket and reads no clock; the time of each command comes from its caller
+//! (live) or from the journal (replay).
+
+pub mod codec;
+pub mod node;
+pub mod rebuild;
+pub mod snapshot;
+
+pub use node::{Node, NodeConfig, NodeError};
+pub use rebuild::{replay, replay_with, ReplayError, ReplayOutcome, Until};

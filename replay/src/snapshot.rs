@@ -1,0 +1,118 @@
+//! Snapshots: the whole state as of a seq, rkyv-encoded, in one file named
+//! by that seq (`{seq:020}.snap`) with a header holding a magic, the format
+//! version, the seq, the payload length and a CRC-32 of the payload. Written
+//! to a temporary name, synced, then renamed, so a snapshot file is either
+//! whole or absent. The newest valid one at or before a seq is picked
+//! automatically; damaged ones are skipped and reported.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rkyv::rancor::Error as RkyvError;
+use rkyv::util::AlignedVec;
+use sequencer::State;
+
+const MAGIC: &[u8; 8] = b"UPDNSNAP";
+const VERSION: u32 = 1;
+const HEADER_LEN: usize = 32;
+
+/// Errors of snapshot files.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("snapshot {path} is damaged: {reason}")]
+    Damaged { path: PathBuf, reason: String },
+}
+
+/// The file name of the snapshot as of `seq`.
+pub fn file_name(seq: u64) -> String {
+    format!("{seq:020}.snap")
+}
+
+/// Writes a snapshot of `state` into `dir`; returns its path.
+pub fn write(dir: &Path, state: &State) -> Result<PathBuf, SnapshotError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SnapshotError::Io { path, source }
+    };
+    fs::create_dir_all(dir).map_err(io(dir))?;
+    let payload = rkyv::to_bytes::<RkyvError>(state).expect("encoding into memory cannot fail");
+    let mut header = [0u8; HEADER_LEN];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    header[12..16].copy_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    header[16..24].copy_from_slice(&state.last_seq.to_le_bytes());
+    header[24..32].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    let path = dir.join(file_name(state.last_seq));
+    let temporary = dir.join(format!("{}.tmp", file_name(state.last_seq)));
+    let mut file = fs::File::create(&temporary).map_err(io(&temporary))?;
+    file.write_all(&header).map_err(io(&temporary))?;
+    file.write_all(&payload).map_err(io(&temporary))?;
+    file.sync_all().map_err(io(&temporary))?;
+    fs::rename(&temporary, &path).map_err(io(&path))?;
+    if let Ok(d) = fs::File::open(dir) {
+        // Makes the rename durable; a failure here loses only the snapshot.
+        let _ = d.sync_all();
+    }
+    Ok(path)
+}
+
+/// Reads and checks one snapshot file.
+pub fn load(path: &Path) -> Result<State, SnapshotError> {
+    let damaged = |reason: String| SnapshotError::Damaged { path: path.to_path_buf(), reason };
+    let bytes = fs::read(path).map_err(|source| SnapshotError::Io { path: path.to_path_buf(), source })?;
+    if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
+        return Err(damaged("no snapshot header".into()));
+    }
+    let word = |range: std::ops::Range<usize>| bytes[range].iter().rev().fold(0u64, |n, &b| (n << 8) | u64::from(b));
+    if word(8..12) != u64::from(VERSION) {
+        return Err(damaged(format!("format version {} is not {VERSION}", word(8..12))));
+    }
+    let (crc, seq, len) = (word(12..16) as u32, word(16..24), word(24..32));
+    if len != (bytes.len() - HEADER_LEN) as u64 {
+        return Err(damaged(format!("payload is {} bytes, header says {len}", bytes.len() - HEADER_LEN)));
+    }
+    let mut payload = AlignedVec::<16>::with_capacity(len as usize);
+    payload.extend_from_slice(&bytes[HEADER_LEN..]);
+    if crc32fast::hash(&payload) != crc {
+        return Err(damaged("checksum mismatch".into()));
+    }
+    let state = rkyv::from_bytes::<State, RkyvError>(&payload).map_err(|e| damaged(e.to_string()))?;
+    if state.last_seq != seq {
+        return Err(damaged(format!("holds seq {}, header says {seq}", state.last_seq)));
+    }
+    Ok(state)
+}
+
+/// Snapshot files in `dir` with their seq, newest first.
+pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let mut found: Vec<(u64, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let seq = name.strip_suffix(".snap")?.parse().ok()?;
+            Some((seq, e.path()))
+        })
+        .collect();
+    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found
+}
+
+/// The newest valid snapshot at or before `max_seq`, and the damaged ones
+/// that were skipped on the way.
+pub fn newest(dir: &Path, max_seq: u64) -> (Option<State>, Vec<SnapshotError>) {
+    let mut skipped = Vec::new();
+    for (seq, path) in list(dir) {
+        if seq > max_seq {
+            continue;
+        }
+        match load(&path) {
+            Ok(state) => return (Some(state), skipped),
+            Err(e) => skipped.push(e),
+        }
+    }
+    (None, skipped)
+}
