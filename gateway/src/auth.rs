@@ -1,0 +1,183 @@
+//! Reading the bearer key and the failed-attempt lockout. The secret is
+//! hashed here, on the gateway thread, and dropped: only its SHA-256 goes on
+//! to the sequencer thread, which compares it in constant time.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use sequencer::auth::KeyRefusal;
+use sequencer::types::Environment;
+use sequencer::ErrorCode;
+use sha2::{Digest, Sha256};
+
+use crate::engine::Caller;
+use crate::error::ApiError;
+
+/// The neutral key prefix of the spec.
+pub const KEY_PREFIX: &str = "tk";
+
+/// A key string taken apart: `tk_<live|test>_<key_id>_<secret>`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct KeyParts<'a> {
+    pub environment: Environment,
+    pub key_id: &'a str,
+    pub secret: &'a str,
+}
+
+/// Splits a key string; `None` when it is not of the key format.
+pub fn split_key(key: &str) -> Option<KeyParts<'_>> {
+    let mut parts = key.splitn(4, '_');
+    let (prefix, env, key_id, secret) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if prefix != KEY_PREFIX || secret.is_empty() || secret.contains('_') || !sequencer::validate::is_key_id(key_id) {
+        return None;
+    }
+    Some(KeyParts { environment: Environment::parse(env)?, key_id, secret })
+}
+
+/// SHA-256 of a secret: the only form in which a secret is kept.
+pub fn fingerprint(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+fn unauthorized(refusal: KeyRefusal) -> ApiError {
+    ApiError::new(ErrorCode::Unauthorized, refusal.message())
+}
+
+/// The caller of a request that needs a key. Checks what can be checked
+/// without the registry: presence, format and environment.
+pub fn caller(headers: &HeaderMap, ip: IpAddr, server: Environment, rate_limited: bool) -> Result<Caller, ApiError> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| unauthorized(KeyRefusal::Missing))?;
+    let key = value.strip_prefix("Bearer ").map(str::trim).ok_or_else(|| unauthorized(KeyRefusal::Missing))?;
+    if !key.starts_with("tk_") {
+        return Err(unauthorized(KeyRefusal::Missing));
+    }
+    let parts = split_key(key).ok_or_else(|| unauthorized(KeyRefusal::Invalid))?;
+    if parts.environment != server {
+        return Err(unauthorized(KeyRefusal::WrongEnvironment { key: parts.environment, server }));
+    }
+    Ok(Caller { key_id: parts.key_id.to_string(), fingerprint: fingerprint(parts.secret), ip, rate_limited })
+}
+
+/// Failed authentications per address; an address with too many in the
+/// window is locked out for the same length.
+pub struct Lockout {
+    failures: u32,
+    window: Duration,
+    entries: Mutex<HashMap<IpAddr, Entry>>,
+}
+
+struct Entry {
+    count: u32,
+    since: Instant,
+    locked_until: Option<Instant>,
+}
+
+/// Addresses tracked at once; the oldest are forgotten past this.
+const LOCKOUT_ENTRIES_MAX: usize = 100_000;
+
+impl Lockout {
+    pub fn new(failures: u32, window: Duration) -> Self {
+        Self { failures: failures.max(1), window, entries: Mutex::new(HashMap::new()) }
+    }
+
+    /// `Err(429)` while the address is locked out.
+    pub fn check(&self, ip: IpAddr) -> Result<(), ApiError> {
+        let now = Instant::now();
+        let entries = self.entries.lock().expect("lockout lock");
+        if let Some(until) = entries.get(&ip).and_then(|e| e.locked_until) {
+            if until > now {
+                let secs = (until - now).as_secs_f64().ceil() as u64;
+                return Err(ApiError::rate_limited(
+                    "Too many failed authentication attempts from this address; wait before trying again.",
+                    secs,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Records one failure; returns true when it locked the address.
+    pub fn fail(&self, ip: IpAddr) -> bool {
+        let now = Instant::now();
+        let mut entries = self.entries.lock().expect("lockout lock");
+        if entries.len() >= LOCKOUT_ENTRIES_MAX {
+            entries.retain(|_, e| now.duration_since(e.since) < self.window || e.locked_until.is_some_and(|u| u > now));
+        }
+        let entry = entries.entry(ip).or_insert(Entry { count: 0, since: now, locked_until: None });
+        if now.duration_since(entry.since) > self.window || entry.locked_until.is_some_and(|u| u <= now) {
+            *entry = Entry { count: 0, since: now, locked_until: None };
+        }
+        entry.count += 1;
+        if entry.count >= self.failures && entry.locked_until.is_none() {
+            entry.locked_until = Some(now + self.window);
+            return true;
+        }
+        false
+    }
+}
+
+/// A random lowercase alphanumeric string from the operating system's
+/// generator (key ids, secrets, admin tokens).
+pub fn random_token(len: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut bytes = vec![0u8; len];
+    getrandom::fill(&mut bytes).expect("the operating system's random generator");
+    // 252 is the largest multiple of 36 below 256; rejection keeps it uniform.
+    let mut out = String::with_capacity(len);
+    let mut pool = bytes;
+    while out.len() < len {
+        for &b in &pool {
+            if b < 252 && out.len() < len {
+                out.push(ALPHABET[usize::from(b % 36)] as char);
+            }
+        }
+        pool = vec![0u8; len];
+        getrandom::fill(&mut pool).expect("the operating system's random generator");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_strings() {
+        let parts = split_key("tk_test_abc123_s3cr3t").unwrap();
+        assert_eq!(parts, KeyParts { environment: Environment::Test, key_id: "abc123", secret: "s3cr3t" });
+        assert!(split_key("tk_prod_abc_s").is_none());
+        assert!(split_key("xx_test_abc_s").is_none());
+        assert!(split_key("tk_test_abc_").is_none());
+        assert!(split_key("tk_test_ABC_s").is_none());
+        assert!(split_key("tk_test_abc_s_t").is_none());
+    }
+
+    #[test]
+    fn lockout_after_failures() {
+        let lockout = Lockout::new(3, Duration::from_secs(60));
+        let ip: IpAddr = "127.0.0.9".parse().unwrap();
+        assert!(!lockout.fail(ip));
+        assert!(!lockout.fail(ip));
+        lockout.check(ip).unwrap();
+        assert!(lockout.fail(ip));
+        let e = lockout.check(ip).unwrap_err();
+        assert_eq!(e.code, ErrorCode::RateLimited);
+        assert!(e.retry_after_secs.unwrap() >= 59);
+        lockout.check("127.0.0.8".parse().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn tokens_are_random_and_of_the_alphabet() {
+        let a = random_token(32);
+        let b = random_token(32);
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+        assert!(a.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+    }
+}

@@ -1,0 +1,193 @@
+//! The server's configuration: embedded defaults that start a complete
+//! practice venue, overridable from a TOML file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use sequencer::types::Environment;
+use sequencer::{SeriesConfig, VenueConfig};
+
+/// How often the journal is made durable.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DurabilityPolicy {
+    /// Every command is synced on its own before its reply.
+    Always,
+    /// Every batch drained from the queue is synced once, then answered.
+    GroupCommit,
+    /// Synced at most every `durability_interval_ms`; replies do not wait.
+    Interval,
+    /// Never synced by the venue (benchmarks only).
+    Never,
+}
+
+/// One series as written in the config file.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SeriesEntry {
+    pub ticker: String,
+    pub symbol: String,
+    pub window_minutes: u64,
+    #[serde(default = "default_list_ahead")]
+    pub list_ahead: u32,
+    #[serde(default = "default_taker_fee")]
+    pub taker_fee: f64,
+    #[serde(default)]
+    pub maker_fee: f64,
+    #[serde(default = "default_market_cap_usd")]
+    pub market_cap_usd: u64,
+    /// Starting price of the simulated underlying.
+    #[serde(default)]
+    pub sim_start_price: Option<f64>,
+}
+
+fn default_list_ahead() -> u32 {
+    2
+}
+fn default_taker_fee() -> f64 {
+    0.07
+}
+fn default_market_cap_usd() -> u64 {
+    1_000_000
+}
+
+impl SeriesEntry {
+    /// The sequencer's form.
+    pub fn to_config(&self) -> SeriesConfig {
+        SeriesConfig {
+            ticker: self.ticker.clone(),
+            symbol: self.symbol.clone(),
+            window_ms: self.window_minutes.saturating_mul(60_000),
+            list_ahead: self.list_ahead,
+            taker_fee_bps: (self.taker_fee * 10_000.0).round() as u32,
+            maker_fee_bps: (self.maker_fee * 10_000.0).round() as u32,
+            market_cap_cents: (self.market_cap_usd as i64).saturating_mul(100),
+        }
+    }
+}
+
+/// Everything the server needs to start.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Public REST and websocket address.
+    pub listen: SocketAddr,
+    /// Operator address; loopback by default.
+    pub admin_listen: SocketAddr,
+    /// Journal, snapshots, admin token and server files live here.
+    pub data_dir: PathBuf,
+    /// `live` or `test`.
+    pub environment: String,
+    /// Whether test keys may trade (the practice book is open).
+    pub practice_book_open: bool,
+    pub durability: DurabilityPolicy,
+    pub durability_interval_ms: u64,
+    /// Size of each journal segment file, in MiB.
+    pub segment_mib: u64,
+    /// Write a snapshot every this many commands (0: only at shutdown).
+    pub snapshot_every: u64,
+    /// Default cap on an account's amount at risk, in dollars.
+    pub account_risk_cap_usd: u64,
+    /// New orders per second per key, and the burst.
+    pub orders_per_second: u32,
+    pub orders_burst: u32,
+    /// Failed authentications from one address before it is locked out.
+    pub lockout_failures: u32,
+    /// Window in which failures are counted, and the lockout length.
+    pub lockout_secs: u64,
+    /// Run the built-in price simulator.
+    pub price_simulator: bool,
+    /// Milliseconds between simulated prints per symbol.
+    pub price_interval_ms: u64,
+    /// Seed of the simulator's random walks.
+    pub price_seed: u64,
+    /// How long a request waits for the sequencer before 503.
+    pub request_timeout_ms: u64,
+    /// Capacity of the queue into the sequencer.
+    pub queue_capacity: usize,
+    /// Tokio worker threads of the gateway.
+    pub workers: usize,
+    /// Log as JSON lines instead of readable text.
+    pub log_json: bool,
+    pub series: Vec<SeriesEntry>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".parse().expect("address"),
+            admin_listen: "127.0.0.1:8081".parse().expect("address"),
+            data_dir: PathBuf::from("updown-data"),
+            environment: "test".into(),
+            practice_book_open: true,
+            durability: DurabilityPolicy::GroupCommit,
+            durability_interval_ms: 5,
+            segment_mib: 64,
+            snapshot_every: 1_000_000,
+            account_risk_cap_usd: 100_000,
+            orders_per_second: sequencer::limits::NEW_ORDERS_PER_SECOND,
+            orders_burst: sequencer::limits::NEW_ORDERS_BURST,
+            lockout_failures: 10,
+            lockout_secs: 60,
+            price_simulator: true,
+            price_interval_ms: 1_000,
+            price_seed: 1,
+            request_timeout_ms: 2_000,
+            queue_capacity: 65_536,
+            workers: 1,
+            log_json: false,
+            series: default_series(),
+        }
+    }
+}
+
+/// The series a fresh venue lists: one-minute windows for quick trials, and
+/// the 5-, 15- and 60-minute windows traders know.
+pub fn default_series() -> Vec<SeriesEntry> {
+    let entry = |ticker: &str, symbol: &str, minutes: u64, start: f64| SeriesEntry {
+        ticker: ticker.into(),
+        symbol: symbol.into(),
+        window_minutes: minutes,
+        list_ahead: default_list_ahead(),
+        taker_fee: default_taker_fee(),
+        maker_fee: 0.0,
+        market_cap_usd: default_market_cap_usd(),
+        sim_start_price: Some(start),
+    };
+    vec![
+        entry("btc-1m", "X:BTCUSD", 1, 97_000.0),
+        entry("btc-5m", "X:BTCUSD", 5, 97_000.0),
+        entry("btc-15m", "X:BTCUSD", 15, 97_000.0),
+        entry("eth-15m", "X:ETHUSD", 15, 3_400.0),
+        entry("aapl-60m", "AAPL", 60, 230.0),
+    ]
+}
+
+impl ServerConfig {
+    /// Reads a TOML file over the defaults.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// The environment as the sequencer knows it.
+    pub fn environment(&self) -> Result<Environment, String> {
+        Environment::parse(&self.environment).ok_or_else(|| format!("environment must be live or test, not {:?}", self.environment))
+    }
+
+    /// The venue configuration written at the start of a new journal.
+    pub fn venue(&self) -> Result<VenueConfig, String> {
+        Ok(VenueConfig {
+            environment: self.environment()?,
+            practice_book_open: self.practice_book_open,
+            account_risk_cap_cents: (self.account_risk_cap_usd as i64).saturating_mul(100),
+        })
+    }
+
+    pub fn journal_dir(&self) -> PathBuf {
+        self.data_dir.join("journal")
+    }
+    pub fn snapshot_dir(&self) -> PathBuf {
+        self.data_dir.join("snapshots")
+    }
+}

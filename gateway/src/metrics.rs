@@ -1,0 +1,105 @@
+//! Prometheus metrics: request counts and latencies, sequencer queue depth,
+//! batch sizes and journal position. Plain atomics and one mutex-guarded
+//! histogram per route, rendered as text on `/metrics`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// Counters and histograms of one server.
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    latency_us: Mutex<BTreeMap<String, Histogram<u64>>>,
+    pub batches: AtomicU64,
+    pub jobs: AtomicU64,
+    pub queue_depth: AtomicU64,
+    pub last_seq: AtomicU64,
+    pub batch_busy_us: AtomicU64,
+    pub rate_limited: AtomicU64,
+    pub lockouts: AtomicU64,
+    pub journal_lag_ms: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            requests: Mutex::new(BTreeMap::new()),
+            latency_us: Mutex::new(BTreeMap::new()),
+            batches: AtomicU64::new(0),
+            jobs: AtomicU64::new(0),
+            queue_depth: AtomicU64::new(0),
+            last_seq: AtomicU64::new(0),
+            batch_busy_us: AtomicU64::new(0),
+            rate_limited: AtomicU64::new(0),
+            lockouts: AtomicU64::new(0),
+            journal_lag_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    /// One HTTP request done.
+    pub fn record_request(&self, route: &str, status: u16, elapsed: Duration) {
+        if let Ok(mut map) = self.requests.lock() {
+            *map.entry((route.to_string(), status)).or_default() += 1;
+        }
+        if let Ok(mut map) = self.latency_us.lock() {
+            let histogram = map
+                .entry(route.to_string())
+                .or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000, 2).expect("histogram bounds"));
+            histogram.saturating_record(elapsed.as_micros() as u64);
+        }
+    }
+
+    /// One sequencer batch done.
+    pub fn record_batch(&self, jobs: u64, busy: Duration, queue_depth: u64, last_seq: u64) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.jobs.fetch_add(jobs, Ordering::Relaxed);
+        self.batch_busy_us.fetch_add(busy.as_micros() as u64, Ordering::Relaxed);
+        self.queue_depth.store(queue_depth, Ordering::Relaxed);
+        self.last_seq.store(last_seq, Ordering::Relaxed);
+        self.journal_lag_ms.store(busy.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# TYPE updown_http_requests_total counter");
+        if let Ok(map) = self.requests.lock() {
+            for ((route, status), n) in map.iter() {
+                let _ = writeln!(out, "updown_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
+            }
+        }
+        let _ = writeln!(out, "# TYPE updown_http_latency_us summary");
+        if let Ok(map) = self.latency_us.lock() {
+            for (route, h) in map.iter() {
+                for q in [0.5, 0.99, 0.999] {
+                    let _ = writeln!(
+                        out,
+                        "updown_http_latency_us{{route=\"{route}\",quantile=\"{q}\"}} {}",
+                        h.value_at_quantile(q)
+                    );
+                }
+                let _ = writeln!(out, "updown_http_latency_us_count{{route=\"{route}\"}} {}", h.len());
+            }
+        }
+        let gauges = [
+            ("updown_sequencer_batches_total", "counter", self.batches.load(Ordering::Relaxed)),
+            ("updown_sequencer_jobs_total", "counter", self.jobs.load(Ordering::Relaxed)),
+            ("updown_sequencer_queue_depth", "gauge", self.queue_depth.load(Ordering::Relaxed)),
+            ("updown_sequencer_busy_us_total", "counter", self.batch_busy_us.load(Ordering::Relaxed)),
+            ("updown_journal_last_seq", "gauge", self.last_seq.load(Ordering::Relaxed)),
+            ("updown_journal_commit_lag_ms", "gauge", self.journal_lag_ms.load(Ordering::Relaxed)),
+            ("updown_rate_limited_total", "counter", self.rate_limited.load(Ordering::Relaxed)),
+            ("updown_auth_lockouts_total", "counter", self.lockouts.load(Ordering::Relaxed)),
+        ];
+        for (name, kind, value) in gauges {
+            let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {value}");
+        }
+        out
+    }
+}

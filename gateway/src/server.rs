@@ -1,0 +1,258 @@
+//! Starting and stopping the whole venue: open the journal and replay it,
+//! start the sequencer thread, create configured series, start the price
+//! simulator, serve REST and admin, and shut all of it down in order.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use journal::{Durability, JournalConfig};
+use replay::{Node, NodeConfig};
+use sequencer::{Command, Reply};
+use tokio::sync::Notify;
+
+use crate::admin::{self, Admin};
+use crate::api::rest::{self, App};
+use crate::auth::{random_token, Lockout};
+use crate::config::{DurabilityPolicy, ServerConfig};
+use crate::engine::{now_ms, Engine, EngineSettings};
+use crate::metrics::Metrics;
+
+/// The OpenAPI document, served at `/v1/openapi.json`.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
+/// Why the venue could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("data directory {path}: {source}")]
+    DataDir { path: PathBuf, source: std::io::Error },
+    #[error("the journal could not be opened: {0}")]
+    Node(#[from] replay::NodeError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+}
+
+/// A running venue.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub admin_token: String,
+    pub data_dir: PathBuf,
+    engine: Engine,
+    runtime: Option<tokio::runtime::Runtime>,
+    shutdown: Arc<Notify>,
+    feed_stop: Arc<AtomicBool>,
+    feed: Option<std::thread::JoinHandle<()>>,
+    servers: Vec<tokio::task::JoinHandle<()>>,
+    pub submitter: crate::engine::Submitter,
+    pub open_report: String,
+}
+
+/// The token file in a data directory.
+pub fn admin_token_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("admin.token")
+}
+
+/// The file in which a running server leaves its addresses for the CLI.
+pub fn server_file_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("server.json")
+}
+
+fn admin_token(data_dir: &Path) -> Result<String, StartError> {
+    let path = admin_token_path(data_dir);
+    let io = |source| StartError::DataDir { path: path.clone(), source };
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => Ok(token.trim().to_string()),
+        _ => {
+            let token = random_token(40);
+            std::fs::write(&path, &token).map_err(io)?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+            }
+            Ok(token)
+        }
+    }
+}
+
+impl Server {
+    /// Starts the venue described by `config`.
+    pub fn start(config: ServerConfig) -> Result<Server, StartError> {
+        let environment = config.environment().map_err(StartError::Config)?;
+        let venue = config.venue().map_err(StartError::Config)?;
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
+        let token = admin_token(&config.data_dir)?;
+        let mut journal = JournalConfig::new(config.journal_dir());
+        journal.segment_bytes = config.segment_mib.max(1) * 1024 * 1024;
+        journal.durability = match config.durability {
+            DurabilityPolicy::Always => Durability::Always,
+            DurabilityPolicy::GroupCommit => Durability::GroupCommit,
+            DurabilityPolicy::Interval => Durability::IntervalMs(config.durability_interval_ms),
+            DurabilityPolicy::Never => Durability::Never,
+        };
+        let node_config = NodeConfig { journal, snapshot_dir: Some(config.snapshot_dir()), venue };
+        let (node, report) = Node::open(node_config, now_ms())?;
+        let open_report = format!(
+            "journal: {} records, last seq {:?}{}; replayed {} commands{}",
+            report.recovery.records,
+            report.recovery.last_seq,
+            report.recovery.truncated_tail.as_ref().map_or(String::new(), |t| format!(
+                ", torn tail cut at {} offset {} ({} bytes)",
+                t.segment.display(),
+                t.offset,
+                t.bytes_dropped
+            )),
+            report.replayed,
+            report.from_snapshot.map_or(String::new(), |s| format!(" after snapshot {s}")),
+        );
+        tracing::info!("{open_report}");
+        for skipped in &report.skipped_snapshots {
+            tracing::warn!("skipped a damaged snapshot: {skipped}");
+        }
+        let existing: Vec<String> = node.state().series.iter().map(|s| s.config.ticker.clone()).collect();
+        let metrics = Arc::new(Metrics::default());
+        let lockout = Arc::new(Lockout::new(config.lockout_failures, Duration::from_secs(config.lockout_secs)));
+        let failures_lockout = lockout.clone();
+        let failures_metrics = metrics.clone();
+        let failures: crate::engine::FailureSink = Arc::new(move |ip| {
+            if failures_lockout.fail(ip) {
+                failures_metrics.lockouts.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%ip, "address locked out after failed authentications");
+            }
+        });
+        let settings = EngineSettings {
+            environment,
+            orders_per_second: config.orders_per_second,
+            orders_burst: config.orders_burst,
+            snapshot_every: config.snapshot_every,
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
+            queue_capacity: config.queue_capacity.max(16),
+        };
+        let engine = Engine::start(node, settings, metrics, failures, Box::new(|_, _| {}));
+        let submitter = engine.submitter.clone();
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.workers.max(1))
+            .thread_name("gateway")
+            .enable_all()
+            .build()
+            .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
+
+        // Series from the configuration that the journal does not have yet.
+        for entry in config.series.iter().filter(|s| !existing.contains(&s.ticker)) {
+            let reply = runtime.block_on(submitter.internal(Command::CreateSeries(entry.to_config())));
+            match reply {
+                Ok(Reply::Ok) => tracing::info!(series = %entry.ticker, "series created"),
+                Ok(other) => return Err(StartError::Config(format!("series {}: {other:?}", entry.ticker))),
+                Err(e) => return Err(StartError::Config(format!("series {}: {}", entry.ticker, e.message))),
+            }
+        }
+
+        let feed_stop = Arc::new(AtomicBool::new(false));
+        let feed = config.price_simulator.then(|| {
+            let mut symbols = BTreeMap::new();
+            for s in &config.series {
+                symbols.entry(s.symbol.clone()).or_insert(s.sim_start_price.unwrap_or(100.0));
+            }
+            crate::feed::start(
+                submitter.clone(),
+                symbols,
+                Duration::from_millis(config.price_interval_ms.max(10)),
+                config.price_seed,
+                feed_stop.clone(),
+            )
+        });
+
+        let app = Arc::new(App { submitter: submitter.clone(), environment, lockout, openapi: OPENAPI });
+        let admin = Arc::new(Admin { submitter: submitter.clone(), token: token.clone(), environment });
+        let shutdown = Arc::new(Notify::new());
+        let (addr, admin_addr, servers) = runtime.block_on(async {
+            let public = bind(config.listen).await?;
+            let private = bind(config.admin_listen).await?;
+            let addr = public.local_addr().map_err(|source| StartError::Listen { addr: config.listen, source })?;
+            let admin_addr =
+                private.local_addr().map_err(|source| StartError::Listen { addr: config.admin_listen, source })?;
+            let servers = vec![
+                tokio::spawn(serve(public, rest::router(app), shutdown.clone())),
+                tokio::spawn(serve(private, admin::router(admin), shutdown.clone())),
+            ];
+            Ok::<_, StartError>((addr, admin_addr, servers))
+        })?;
+        let server_file = serde_json::json!({
+            "listen": addr.to_string(),
+            "admin_listen": admin_addr.to_string(),
+            "pid": std::process::id(),
+        });
+        let _ = std::fs::write(server_file_path(&config.data_dir), server_file.to_string());
+        Ok(Server {
+            addr,
+            admin_addr,
+            admin_token: token,
+            data_dir: config.data_dir.clone(),
+            engine,
+            runtime: Some(runtime),
+            shutdown,
+            feed_stop,
+            feed,
+            servers,
+            submitter,
+            open_report,
+        })
+    }
+
+    /// The runtime, for callers that drive the venue in-process.
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime.as_ref().expect("running")
+    }
+
+    /// Graceful stop: stop accepting, let in-flight requests finish, drain
+    /// the sequencer, sync the journal and write a snapshot.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        let Some(runtime) = self.runtime.take() else { return };
+        self.shutdown.notify_waiters();
+        for handle in self.servers.drain(..) {
+            let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), handle).await });
+        }
+        self.feed_stop.store(true, Ordering::SeqCst);
+        if let Some(feed) = self.feed.take() {
+            let _ = feed.join();
+        }
+        self.engine.shutdown();
+        runtime.shutdown_timeout(Duration::from_secs(1));
+        let _ = std::fs::remove_file(server_file_path(&self.data_dir));
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })
+}
+
+async fn serve(listener: tokio::net::TcpListener, router: axum::Router, shutdown: Arc<Notify>) {
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    let result = axum::serve(listener, service)
+        .with_graceful_shutdown(async move { shutdown.notified().await })
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "server stopped");
+    }
+}

@@ -1,0 +1,264 @@
+//! `updown admin`: the operator's CLI over the admin endpoint. It finds the
+//! server's address (server.json) and token (admin.token) in the data
+//! directory, prints readable tables, or JSON with `--json`.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+#[derive(Args)]
+pub struct AdminArgs {
+    /// Data directory of the running server (the same as `serve`'s).
+    #[arg(long, global = true, default_value = "updown-data")]
+    data_dir: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: AdminCommand,
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Accounts: create, fund, flag.
+    #[command(subcommand)]
+    Account(AccountCommand),
+    /// API keys: issue, revoke, list.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Platform-wide trading pause.
+    #[command(subcommand)]
+    Trading(TradingCommand),
+    /// Configured series.
+    #[command(subcommand)]
+    Series(ListCommand),
+    /// Markets (windows).
+    #[command(subcommand)]
+    Markets(ListCommand),
+}
+
+#[derive(Subcommand)]
+enum AccountCommand {
+    /// Opens an account; prints its id.
+    Create {
+        #[arg(long, default_value = "0")]
+        cash: String,
+    },
+    Deposit { account: u32, amount: String },
+    Withdraw { account: u32, amount: String },
+    AcceptTerms { account: u32 },
+    AllowTrading { account: u32 },
+    Suspend { account: u32 },
+    Unsuspend { account: u32 },
+    /// Shows cash, holds and flags.
+    Show { account: u32 },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Issues a key; prints it once.
+    Issue {
+        #[arg(long)]
+        account: u32,
+        #[arg(long, default_value = "read")]
+        scopes: String,
+        #[arg(long)]
+        env: Option<String>,
+        #[arg(long, default_value = "")]
+        name: String,
+        #[arg(long)]
+        max_order_usd: Option<f64>,
+        #[arg(long)]
+        max_daily_usd: Option<f64>,
+        #[arg(long)]
+        max_open_orders: Option<u32>,
+        /// Series the key may trade, comma separated.
+        #[arg(long)]
+        series: Option<String>,
+        /// An allowed address; repeat for more (at most 10).
+        #[arg(long = "ip")]
+        ips: Vec<String>,
+        #[arg(long)]
+        expires_days: Option<u32>,
+    },
+    Revoke { key_id: String },
+    /// Lists keys (never a secret).
+    List {
+        #[arg(long)]
+        account: Option<u32>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TradingCommand {
+    Pause {
+        /// Epoch ms when the pause ends by itself.
+        #[arg(long)]
+        until: Option<u64>,
+    },
+    Resume,
+}
+
+#[derive(Subcommand)]
+enum ListCommand {
+    List,
+}
+
+/// A small blocking client of the admin endpoint.
+pub struct Client {
+    base: String,
+    token: String,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    pub fn new(addr: String, token: String) -> Self {
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        Self { base: format!("http://{addr}"), token, agent }
+    }
+
+    /// Finds the running server of a data directory.
+    pub fn from_data_dir(dir: &std::path::Path) -> Result<Self> {
+        let server = std::fs::read_to_string(gateway::server::server_file_path(dir)).with_context(|| {
+            format!("no running server found in {} (is `updown serve --data-dir {}` running?)", dir.display(), dir.display())
+        })?;
+        let server: Value = serde_json::from_str(&server).context("server.json is not JSON")?;
+        let addr = server["admin_listen"].as_str().context("server.json has no admin_listen")?.to_string();
+        let token = std::fs::read_to_string(gateway::server::admin_token_path(dir))
+            .with_context(|| format!("reading the admin token in {}", dir.display()))?;
+        Ok(Self::new(addr, token.trim().to_string()))
+    }
+
+    fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Value> {
+        let mut response = response.context("the admin endpoint did not answer")?;
+        let status = response.status();
+        let body: Value = response.body_mut().read_json().unwrap_or(Value::Null);
+        if !status.is_success() {
+            let message = body["message"].as_str().unwrap_or("no message");
+            bail!("{} {}: {message}", status.as_u16(), body["code"].as_str().unwrap_or("ERROR"));
+        }
+        Ok(body)
+    }
+
+    pub fn post(&self, path: &str, body: Value) -> Result<Value> {
+        let url = format!("{}{path}", self.base);
+        Self::answer(self.agent.post(&url).header("Authorization", &format!("Bearer {}", self.token)).send_json(body))
+    }
+
+    pub fn get(&self, path: &str) -> Result<Value> {
+        let url = format!("{}{path}", self.base);
+        Self::answer(self.agent.get(&url).header("Authorization", &format!("Bearer {}", self.token)).call())
+    }
+}
+
+pub fn run(args: AdminArgs) -> Result<()> {
+    let client = Client::from_data_dir(&args.data_dir)?;
+    let output = match args.command {
+        AdminCommand::Account(command) => account(&client, command)?,
+        AdminCommand::Key(command) => key(&client, command)?,
+        AdminCommand::Trading(TradingCommand::Pause { until }) => {
+            client.post("/admin/trading/pause", json!({ "until_ts_ms": until }))?
+        }
+        AdminCommand::Trading(TradingCommand::Resume) => client.post("/admin/trading/resume", json!({}))?,
+        AdminCommand::Series(ListCommand::List) => client.get("/admin/series")?,
+        AdminCommand::Markets(ListCommand::List) => client.get("/admin/markets")?,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&output)?);
+    } else {
+        print!("{}", table(&output));
+    }
+    Ok(())
+}
+
+fn account(client: &Client, command: AccountCommand) -> Result<Value> {
+    let flag = |account: u32, name: &str, value: bool| client.post(&format!("/admin/accounts/{account}/flags"), json!({ name: value }));
+    match command {
+        AccountCommand::Create { cash } => client.post("/admin/accounts", json!({ "cash": cash })),
+        AccountCommand::Deposit { account, amount } => {
+            client.post(&format!("/admin/accounts/{account}/deposit"), json!({ "amount": amount }))
+        }
+        AccountCommand::Withdraw { account, amount } => {
+            client.post(&format!("/admin/accounts/{account}/withdraw"), json!({ "amount": amount }))
+        }
+        AccountCommand::AcceptTerms { account } => flag(account, "terms_accepted", true),
+        AccountCommand::AllowTrading { account } => flag(account, "trading_allowed", true),
+        AccountCommand::Suspend { account } => flag(account, "suspended", true),
+        AccountCommand::Unsuspend { account } => flag(account, "suspended", false),
+        AccountCommand::Show { account } => client.get(&format!("/admin/accounts/{account}")),
+    }
+}
+
+fn key(client: &Client, command: KeyCommand) -> Result<Value> {
+    match command {
+        KeyCommand::Issue { account, scopes, env, name, max_order_usd, max_daily_usd, max_open_orders, series, ips, expires_days } => {
+            let series: Option<Vec<&str>> = series.as_deref().map(|s| s.split(',').map(str::trim).collect());
+            client.post(
+                "/admin/keys",
+                json!({
+                    "account": account,
+                    "scopes": scopes,
+                    "env": env,
+                    "name": name,
+                    "max_order_usd": max_order_usd,
+                    "max_daily_usd": max_daily_usd,
+                    "max_open_orders": max_open_orders,
+                    "series": series,
+                    "ips": ips,
+                    "expires_days": expires_days,
+                })
+                .as_object()
+                .map(|m| Value::Object(m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect()))
+                .unwrap_or_default(),
+            )
+        }
+        KeyCommand::Revoke { key_id } => client.post(&format!("/admin/keys/{key_id}/revoke"), json!({})),
+        KeyCommand::List { account } => match account {
+            Some(a) => client.get(&format!("/admin/keys?account={a}")),
+            None => client.get("/admin/keys"),
+        },
+    }
+}
+
+/// A readable rendering: a list of objects as a table, an object as lines.
+fn table(value: &Value) -> String {
+    let list = value.as_object().and_then(|m| if m.len() == 1 { m.values().next().and_then(Value::as_array) } else { None });
+    if let Some(rows) = list {
+        let mut columns: Vec<String> = Vec::new();
+        for row in rows {
+            for key in row.as_object().into_iter().flat_map(|m| m.keys()) {
+                if !columns.contains(key) {
+                    columns.push(key.clone());
+                }
+            }
+        }
+        let cell = |row: &Value, c: &str| match &row[c] {
+            Value::String(s) => s.clone(),
+            Value::Null => "-".into(),
+            other => other.to_string(),
+        };
+        let widths: Vec<usize> =
+            columns.iter().map(|c| rows.iter().map(|r| cell(r, c).len()).chain([c.len()]).max().unwrap_or(0)).collect();
+        let mut out = String::new();
+        let line = |cells: Vec<String>| {
+            cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string() + "\n"
+        };
+        out += &line(columns.clone());
+        for row in rows {
+            out += &line(columns.iter().map(|c| cell(row, c)).collect());
+        }
+        if rows.is_empty() {
+            out += "(none)\n";
+        }
+        return out;
+    }
+    match value.as_object() {
+        Some(map) => map
+            .iter()
+            .map(|(k, v)| format!("{k}: {}\n", if let Value::String(s) = v { s.clone() } else { v.to_string() }))
+            .collect(),
+        None => format!("{value}\n"),
+    }
+}

@@ -1,0 +1,137 @@
+//! `updown`: the one command of the venue.
+//!
+//! - `updown serve` starts the venue (REST, admin, sequencer, journal, price
+//!   simulator) from embedded defaults or a TOML file.
+//! - `updown admin ...` runs it as an operator through the admin endpoint,
+//!   finding the server and its token from the data directory.
+
+mod admin;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use gateway::{Server, ServerConfig};
+
+#[derive(Parser)]
+#[command(name = "updown", version, about = "An exchange for short-window up/down markets")]
+struct Cli {
+    #[command(subcommand)]
+    command: Top,
+}
+
+#[derive(Subcommand)]
+enum Top {
+    /// Start the venue.
+    Serve(ServeArgs),
+    /// Operate a running venue.
+    Admin(admin::AdminArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Public REST address (overrides the config file).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Admin address (overrides the config file); loopback by default.
+    #[arg(long)]
+    admin_listen: Option<std::net::SocketAddr>,
+    /// Data directory: journal, snapshots, admin token.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Create, once, a funded demo account and print a read+trade test key.
+    #[arg(long)]
+    demo: bool,
+    /// Log as JSON lines.
+    #[arg(long)]
+    log_json: bool,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Top::Serve(args) => serve(args),
+        Top::Admin(args) => admin::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<()> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            ServerConfig::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => ServerConfig::default(),
+    };
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(admin) = args.admin_listen {
+        config.admin_listen = admin;
+    }
+    if let Some(dir) = args.data_dir {
+        config.data_dir = dir;
+    }
+    config.log_json |= args.log_json;
+    init_logs(config.log_json);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+    }
+    let server = Server::start(config.clone()).context("starting the venue")?;
+    println!("updown {} listening on http://{}/v1 (admin on {}, data in {})", env!("CARGO_PKG_VERSION"), server.addr, server.admin_addr, config.data_dir.display());
+    println!("{}", server.open_report);
+    if args.demo {
+        demo(&server, &config)?;
+    }
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    println!("shutting down: finishing requests in flight and flushing the journal");
+    server.stop();
+    println!("stopped");
+    Ok(())
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("UPDOWN_LOG").unwrap_or_else(|_| "info".into());
+    if json {
+        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    }
+}
+
+/// Creates the demo account and key once; later starts say where it is.
+fn demo(server: &Server, config: &ServerConfig) -> Result<()> {
+    let marker = config.data_dir.join("demo-account.json");
+    if let Ok(text) = std::fs::read_to_string(&marker) {
+        println!("demo account already created: {text}");
+        println!("its key was printed when it was created; issue another with `updown admin key issue`.");
+        return Ok(());
+    }
+    let client = admin::Client::new(server.admin_addr.to_string(), server.admin_token.clone());
+    let account = client.post("/admin/accounts", serde_json::json!({ "cash": "10000.00" }))?;
+    let id = account["account_id"].as_u64().context("account id")?;
+    client.post(&format!("/admin/accounts/{id}/flags"), serde_json::json!({ "terms_accepted": true, "trading_allowed": true }))?;
+    let key = client.post(
+        "/admin/keys",
+        serde_json::json!({ "account": id, "scopes": "read,trade", "name": "demo", "max_order_usd": 1000, "max_daily_usd": 100000 }),
+    )?;
+    let Some(secret_key) = key["key"].as_str() else { bail!("the key was not issued: {key}") };
+    std::fs::write(&marker, serde_json::json!({ "account_id": id, "key_id": key["key_id"] }).to_string())?;
+    println!("demo account {id} with $10,000.00, terms accepted and trading allowed");
+    println!("demo key (shown once, read+trade): {secret_key}");
+    println!("try: curl -H 'Authorization: Bearer {secret_key}' http://{}/v1/portfolio/balance", server.addr);
+    Ok(())
+}
