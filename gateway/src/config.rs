@@ -191,3 +191,27 @@ impl ServerConfig {
         self.data_dir.join("snapshots")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_parses_and_matches_the_defaults() {
+        let config = ServerConfig::from_toml(include_str!("../../docs/config.example.toml")).unwrap();
+        let defaults = ServerConfig::default();
+        assert_eq!(config.listen, defaults.listen);
+        assert_eq!(config.durability, DurabilityPolicy::GroupCommit);
+        assert_eq!(config.series.len(), 2);
+        assert_eq!(config.series[0].to_config().taker_fee_bps, 700);
+        assert_eq!(config.series[1].list_ahead, 2);
+        assert!(config.venue().is_ok());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        assert!(ServerConfig::from_toml("listen_on = \"x\"").unwrap_err().contains("unknown field"));
+        let live = ServerConfig::from_toml("environment = \"prod\"").unwrap();
+        assert!(live.environment().is_err());
+    }
+}
