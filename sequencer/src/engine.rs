@@ -480,6 +480,7 @@ impl State {
             day: self.now_ms / DAY_MS,
             day_used_cents: 0,
             resting_orders: 0,
+            resting_by_market: Default::default(),
         };
         self.key_ids.insert(key.key_id.clone(), idx);
         events.push(Event::Key(Box::new(key.clone())));
@@ -649,8 +650,11 @@ impl State {
         }
         let rests = new.time_in_force == TimeInForce::GoodTillCanceled && dry.would_fill < new.count;
         if let Some(max) = key.limits.max_open_orders {
-            if rests && key.resting_orders >= max {
-                return exceeded(format!("Key limit: this key already has {max} resting orders, its max open orders."));
+            if rests && key.resting_in(market.id) >= max {
+                return exceeded(format!(
+                    "Key limit: this key already has {max} resting orders in market {}, its max open orders per market.",
+                    market.ticker
+                ));
             }
         }
         if new.action == Action::Buy {
@@ -986,7 +990,9 @@ impl State {
             checksum,
         });
         self.orders[id as usize - 1].node = node;
-        self.keys[order.key as usize].resting_orders += 1;
+        let key = &mut self.keys[order.key as usize];
+        key.resting_orders += 1;
+        *key.resting_by_market.entry(order.market).or_default() += 1;
         self.accounts[order.account as usize - 1].resting_orders += 1;
     }
 
@@ -994,8 +1000,15 @@ impl State {
     fn unrest(&mut self, id: OrderId) {
         let order = &mut self.orders[id as usize - 1];
         order.node = NIL;
-        let (key, account) = (order.key, order.account);
-        self.keys[key as usize].resting_orders -= 1;
+        let (key, account, market) = (order.key, order.account, order.market);
+        let key = &mut self.keys[key as usize];
+        key.resting_orders -= 1;
+        if let Some(n) = key.resting_by_market.get_mut(&market) {
+            *n -= 1;
+            if *n == 0 {
+                key.resting_by_market.remove(&market);
+            }
+        }
         self.accounts[account as usize - 1].resting_orders -= 1;
     }
 

@@ -75,6 +75,7 @@ impl State {
         let mut held: BTreeMap<u32, Cents> = BTreeMap::new();
         let mut committed: BTreeMap<(u32, u64), u64> = BTreeMap::new();
         let mut per_key = vec![0u32; self.keys.len()];
+        let mut per_key_market: BTreeMap<(u32, u32), u32> = BTreeMap::new();
         let mut per_account = vec![0u32; self.accounts.len()];
         let mut buy_notional = vec![0 as Cents; self.markets.len()];
         let mut level_totals: BTreeMap<(u32, usize, u8), u64> = BTreeMap::new();
@@ -103,6 +104,7 @@ impl State {
             let (side, price) = o.book_place();
             *level_totals.entry((o.market, side.index(), price)).or_default() += u64::from(o.remaining());
             per_key[o.key as usize] += 1;
+            *per_key_market.entry((o.key, o.market)).or_default() += 1;
             per_account[o.account as usize - 1] += 1;
             match o.action {
                 Action::Buy => buy_notional[o.market as usize] += Cents::from(o.remaining()) * Cents::from(o.price),
@@ -128,6 +130,11 @@ impl State {
         for k in &self.keys {
             if k.resting_orders != per_key[k.idx as usize] {
                 return Err(format!("key {} resting count is off", k.key_id));
+            }
+            let expected: BTreeMap<u32, u32> =
+                per_key_market.iter().filter(|((key, _), _)| *key == k.idx).map(|((_, m), n)| (*m, *n)).collect();
+            if k.resting_by_market != expected {
+                return Err(format!("key {} resting counts per market are off", k.key_id));
             }
         }
         for m in &self.markets {

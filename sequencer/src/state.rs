@@ -92,11 +92,18 @@ pub struct Key {
     pub day: u64,
     /// Notional at limit price of orders placed today, less cancelled remainders.
     pub day_used_cents: u64,
-    /// Orders of this key resting now.
+    /// Orders of this key resting now, in all markets.
     pub resting_orders: u32,
+    /// Orders of this key resting now, per market (entries at zero removed).
+    pub resting_by_market: BTreeMap<MarketId, u32>,
 }
 
 impl Key {
+    /// Orders of this key resting in one market.
+    pub fn resting_in(&self, market: MarketId) -> u32 {
+        self.resting_by_market.get(&market).copied().unwrap_or(0)
+    }
+
     /// True while neither revoked nor expired.
     pub fn is_active(&self, now: TsMs) -> bool {
         self.revoked_ts_ms.is_none() && self.expires_ts_ms.is_none_or(|t| now < t)
