@@ -11,13 +11,13 @@ use axum::extract::{ConnectInfo, MatchedPath, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
-use serde_json::{json, Value};
 use sequencer::limits::{FILLS_LIMIT_MAX, FILLS_LIMIT_MIN, LIST_LIMIT_MAX};
 use sequencer::query::OrderFilter;
 use sequencer::types::{Environment, KeyIdx};
 use sequencer::{Command, ErrorCode, NewOrder, Reply};
+use serde_json::{json, Value};
 
 use crate::api::json;
 use crate::api::parse::{order_body, Params};
@@ -39,21 +39,55 @@ pub struct App {
 type Shared = State<Arc<App>>;
 type Peer = ConnectInfo<SocketAddr>;
 
-/// The public router: `/v1/...`, `/metrics`, and the spec's error shape for
-/// every unknown path or method.
+/// Every (method, path under `/v1`) the public router serves, in axum's
+/// path syntax, which is also OpenAPI's. The router is built from this list,
+/// and `gateway/tests/openapi.rs` checks that `openapi.json` documents
+/// exactly these. axum answers `HEAD` wherever `GET` is served.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/portfolio/orders"),
+    ("POST", "/portfolio/orders"),
+    ("DELETE", "/portfolio/orders"),
+    ("GET", "/portfolio/orders/{order_id}"),
+    ("DELETE", "/portfolio/orders/{order_id}"),
+    ("GET", "/portfolio/positions"),
+    ("GET", "/portfolio/fills"),
+    ("GET", "/portfolio/balance"),
+    ("GET", "/account"),
+    ("GET", "/markets"),
+    ("GET", "/markets/{ticker}"),
+    ("GET", "/markets/{ticker}/orderbook"),
+    ("GET", "/markets/{ticker}/trades"),
+    ("GET", "/openapi.json"),
+];
+
+/// The handler of one entry of [`ROUTES`].
+fn handler(method: &str, path: &str) -> MethodRouter<Arc<App>> {
+    match (method, path) {
+        ("GET", "/portfolio/orders") => get(list_orders),
+        ("POST", "/portfolio/orders") => post(place_order),
+        ("DELETE", "/portfolio/orders") => delete(cancel_all),
+        ("GET", "/portfolio/orders/{order_id}") => get(get_order),
+        ("DELETE", "/portfolio/orders/{order_id}") => delete(cancel_order),
+        ("GET", "/portfolio/positions") => get(positions),
+        ("GET", "/portfolio/fills") => get(fills),
+        ("GET", "/portfolio/balance") => get(balance),
+        ("GET", "/account") => get(account),
+        ("GET", "/markets") => get(markets),
+        ("GET", "/markets/{ticker}") => get(market),
+        ("GET", "/markets/{ticker}/orderbook") => get(orderbook),
+        ("GET", "/markets/{ticker}/trades") => get(trades),
+        ("GET", "/openapi.json") => get(openapi),
+        _ => panic!("ROUTES lists {method} {path}, which has no handler"),
+    }
+}
+
+/// The public router: `/v1/...` (exactly [`ROUTES`]), `/metrics`, and the
+/// spec's error shape for every unknown path or method.
 pub fn router(app: Arc<App>) -> Router {
-    let v1 = Router::new()
-        .route("/portfolio/orders", get(list_orders).post(place_order).delete(cancel_all))
-        .route("/portfolio/orders/{order_id}", get(get_order).delete(cancel_order))
-        .route("/portfolio/positions", get(positions))
-        .route("/portfolio/fills", get(fills))
-        .route("/portfolio/balance", get(balance))
-        .route("/account", get(account))
-        .route("/markets", get(markets))
-        .route("/markets/{ticker}", get(market))
-        .route("/markets/{ticker}/orderbook", get(orderbook))
-        .route("/markets/{ticker}/trades", get(trades))
-        .route("/openapi.json", get(openapi));
+    // axum merges the method routers of one path added one by one.
+    let v1 = ROUTES.iter().fold(Router::new(), |v1, &(method, path)| {
+        v1.route(path, handler(method, path))
+    });
     Router::new()
         .nest("/v1", v1)
         .route("/metrics", get(metrics))
@@ -64,11 +98,17 @@ pub fn router(app: Arc<App>) -> Router {
 }
 
 async fn not_found(uri: Uri) -> ApiError {
-    ApiError::new(ErrorCode::NotFound, format!("No such path: {}.", uri.path()))
+    ApiError::new(
+        ErrorCode::NotFound,
+        format!("No such path: {}.", uri.path()),
+    )
 }
 
 async fn method_not_allowed(uri: Uri) -> ApiError {
-    ApiError::new(ErrorCode::MethodNotAllowed, format!("This method is not allowed on {}.", uri.path()))
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        format!("This method is not allowed on {}.", uri.path()),
+    )
 }
 
 /// Counts and times every request by its route.
@@ -79,7 +119,9 @@ async fn measure(State(app): Shared, request: Request, next: Next) -> Response {
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let started = Instant::now();
     let response = next.run(request).await;
-    app.submitter.metrics.record_request(&route, response.status().as_u16(), started.elapsed());
+    app.submitter
+        .metrics
+        .record_request(&route, response.status().as_u16(), started.elapsed());
     response
 }
 
@@ -96,10 +138,17 @@ fn respond(answer: Answer) -> Response {
 
 impl App {
     /// The caller of a keyed request, after the lockout and format checks.
-    fn caller(&self, headers: &HeaderMap, ip: IpAddr, rate_limited: bool) -> Result<crate::engine::Caller, ApiError> {
+    fn caller(
+        &self,
+        headers: &HeaderMap,
+        ip: IpAddr,
+        rate_limited: bool,
+    ) -> Result<crate::engine::Caller, ApiError> {
         self.lockout.check(ip)?;
         auth::caller(headers, ip, self.environment, rate_limited).inspect_err(|e| {
-            if e.code == ErrorCode::Unauthorized && e.message == sequencer::auth::KeyRefusal::Invalid.message() {
+            if e.code == ErrorCode::Unauthorized
+                && e.message == sequencer::auth::KeyRefusal::Invalid.message()
+            {
                 self.lockout.fail(ip);
             }
         })
@@ -118,27 +167,47 @@ impl App {
         };
         respond(
             self.submitter
-                .read(Some(caller), Box::new(move |state, key| read(state, key.expect("authenticated"))))
+                .read(
+                    Some(caller),
+                    Box::new(move |state, key| read(state, key.expect("authenticated"))),
+                )
                 .await,
         )
     }
 
     /// A public read.
-    async fn public_read(&self, read: impl FnOnce(&sequencer::State) -> Answer + Send + 'static) -> Response {
-        respond(self.submitter.read(None, Box::new(move |state, _| read(state))).await)
+    async fn public_read(
+        &self,
+        read: impl FnOnce(&sequencer::State) -> Answer + Send + 'static,
+    ) -> Response {
+        respond(
+            self.submitter
+                .read(None, Box::new(move |state, _| read(state)))
+                .await,
+        )
     }
 }
 
 // ----- order entry ------------------------------------------------------------------
 
-async fn place_order(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap, body: Body) -> Response {
+async fn place_order(
+    State(app): Shared,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let caller = match app.caller(&headers, peer.ip(), true) {
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
     let bytes = match to_bytes(body, BODY_BYTES_MAX).await {
         Ok(b) => b,
-        Err(_) => return ApiError::bad_request(format!("The body is larger than {BODY_BYTES_MAX} bytes.")).into_response(),
+        Err(_) => {
+            return ApiError::bad_request(format!(
+                "The body is larger than {BODY_BYTES_MAX} bytes."
+            ))
+            .into_response()
+        }
     };
     let order = match order_body(&bytes) {
         Ok(o) => o,
@@ -149,9 +218,16 @@ async fn place_order(State(app): Shared, ConnectInfo(peer): Peer, headers: Heade
         .write(
             Some(caller),
             Box::new(move |state, key| {
-                let market = state.market_ids.get(&order.market_ticker).copied().ok_or_else(|| {
-                    ApiError::new(ErrorCode::MarketNotOpen, format!("Market {} is not on the order book.", order.market_ticker))
-                })?;
+                let market = state
+                    .market_ids
+                    .get(&order.market_ticker)
+                    .copied()
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            ErrorCode::MarketNotOpen,
+                            format!("Market {} is not on the order book.", order.market_ticker),
+                        )
+                    })?;
                 let key = key.expect("authenticated");
                 Ok(Command::PlaceOrder {
                     key,
@@ -168,7 +244,10 @@ async fn place_order(State(app): Shared, ConnectInfo(peer): Peer, headers: Heade
                 })
             }),
             Box::new(|state, reply| match reply {
-                Reply::Order { order, .. } => ok(StatusCode::CREATED, json!({ "order": json::order(state, &order) })),
+                Reply::Order { order, .. } => ok(
+                    StatusCode::CREATED,
+                    json!({ "order": json::order(state, &order) }),
+                ),
                 Reply::Rejected(r) => Err(r.into()),
                 other => Err(internal(&other)),
             }),
@@ -182,7 +261,12 @@ fn internal(reply: &Reply) -> ApiError {
     ApiError::new(ErrorCode::InternalError, "Internal error.")
 }
 
-async fn cancel_order(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap, Path(id): Path<String>) -> Response {
+async fn cancel_order(
+    State(app): Shared,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
     let caller = match app.caller(&headers, peer.ip(), false) {
         Ok(c) => c,
         Err(e) => return e.into_response(),
@@ -193,10 +277,16 @@ async fn cancel_order(State(app): Shared, ConnectInfo(peer): Peer, headers: Head
             Some(caller),
             Box::new(move |_, key| {
                 let order_id = parse_order_id(&id)?;
-                Ok(Command::CancelOrder { key: key.expect("authenticated"), order_id })
+                Ok(Command::CancelOrder {
+                    key: key.expect("authenticated"),
+                    order_id,
+                })
             }),
             Box::new(|state, reply| match reply {
-                Reply::Order { order, .. } => ok(StatusCode::OK, json!({ "order": json::order(state, &order) })),
+                Reply::Order { order, .. } => ok(
+                    StatusCode::OK,
+                    json!({ "order": json::order(state, &order) }),
+                ),
                 Reply::Rejected(r) => Err(r.into()),
                 other => Err(internal(&other)),
             }),
@@ -209,16 +299,30 @@ fn parse_order_id(id: &str) -> Result<u64, ApiError> {
     id.parse::<u64>()
         .ok()
         .filter(|n| *n > 0 && id.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or_else(|| ApiError::new(ErrorCode::OrderNotFound, format!("No order {id} on this account.")))
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::OrderNotFound,
+                format!("No order {id} on this account."),
+            )
+        })
 }
 
-async fn cancel_all(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap, uri: Uri) -> Response {
+async fn cancel_all(
+    State(app): Shared,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
     let caller = match app.caller(&headers, peer.ip(), false) {
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
-    let filters = Params::parse(uri.query(), &["market_ticker", "series_ticker"])
-        .and_then(|p| Ok((p.market_ticker("market_ticker")?, p.series_ticker("series_ticker")?)));
+    let filters = Params::parse(uri.query(), &["market_ticker", "series_ticker"]).and_then(|p| {
+        Ok((
+            p.market_ticker("market_ticker")?,
+            p.series_ticker("series_ticker")?,
+        ))
+    });
     let (market, series) = match filters {
         Ok(f) => f,
         Err(e) => return e.into_response(),
@@ -243,16 +347,39 @@ async fn cancel_all(State(app): Shared, ConnectInfo(peer): Peer, headers: Header
 
 // ----- account reads ---------------------------------------------------------------------
 
-async fn get_order(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap, Path(id): Path<String>) -> Response {
+async fn get_order(
+    State(app): Shared,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
     app.keyed_read(&headers, peer.ip(), move |state, key| {
         let order = state.query_order(key, parse_order_id(&id)?)?;
-        ok(StatusCode::OK, json!({ "order": json::order(state, &order) }))
+        ok(
+            StatusCode::OK,
+            json!({ "order": json::order(state, &order) }),
+        )
     })
     .await
 }
 
-async fn list_orders(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap, uri: Uri) -> Response {
-    let filter = Params::parse(uri.query(), &["market_ticker", "client_order_id", "status", "limit", "cursor"]).and_then(|p| {
+async fn list_orders(
+    State(app): Shared,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    let filter = Params::parse(
+        uri.query(),
+        &[
+            "market_ticker",
+            "client_order_id",
+            "status",
+            "limit",
+            "cursor",
+        ],
+    )
+    .and_then(|p| {
         Ok(OrderFilter {
             market_ticker: p.market_ticker("market_ticker")?,
             client_order_id: p.client_order_id()?,
@@ -268,7 +395,10 @@ async fn list_orders(State(app): Shared, ConnectInfo(peer): Peer, headers: Heade
     app.keyed_read(&headers, peer.ip(), move |state, key| {
         let page = state.query_orders(key, &filter)?;
         let orders: Vec<Value> = page.items.iter().map(|o| json::order(state, o)).collect();
-        ok(StatusCode::OK, json!({ "orders": orders, "cursor": cursor(page.cursor) }))
+        ok(
+            StatusCode::OK,
+            json!({ "orders": orders, "cursor": cursor(page.cursor) }),
+        )
     })
     .await
 }
@@ -277,20 +407,38 @@ fn cursor(next: Option<u64>) -> String {
     next.map_or_else(String::new, |c| c.to_string())
 }
 
-async fn positions(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap, uri: Uri) -> Response {
+async fn positions(
+    State(app): Shared,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
     if let Err(e) = Params::parse(uri.query(), &[]) {
         return e.into_response();
     }
     app.keyed_read(&headers, peer.ip(), |state, key| {
-        let positions: Vec<Value> = state.query_positions(key)?.iter().map(json::position).collect();
+        let positions: Vec<Value> = state
+            .query_positions(key)?
+            .iter()
+            .map(json::position)
+            .collect();
         ok(StatusCode::OK, json!({ "positions": positions }))
     })
     .await
 }
 
-async fn fills(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap, uri: Uri) -> Response {
+async fn fills(
+    State(app): Shared,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
     let params = Params::parse(uri.query(), &["market_ticker", "limit", "cursor"]).and_then(|p| {
-        Ok((p.market_ticker("market_ticker")?, p.bounded("limit", FILLS_LIMIT_MIN, FILLS_LIMIT_MAX)?, p.cursor()?))
+        Ok((
+            p.market_ticker("market_ticker")?,
+            p.bounded("limit", FILLS_LIMIT_MIN, FILLS_LIMIT_MAX)?,
+            p.cursor()?,
+        ))
     });
     let (market, limit, cursor_in) = match params {
         Ok(p) => p,
@@ -299,17 +447,28 @@ async fn fills(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap, 
     app.keyed_read(&headers, peer.ip(), move |state, key| {
         let page = state.query_fills(key, market.as_deref(), limit, cursor_in)?;
         let fills: Vec<Value> = page.items.iter().map(|f| json::fill(state, f)).collect();
-        ok(StatusCode::OK, json!({ "fills": fills, "cursor": cursor(page.cursor) }))
+        ok(
+            StatusCode::OK,
+            json!({ "fills": fills, "cursor": cursor(page.cursor) }),
+        )
     })
     .await
 }
 
-async fn balance(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap, uri: Uri) -> Response {
+async fn balance(
+    State(app): Shared,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
     if let Err(e) = Params::parse(uri.query(), &[]) {
         return e.into_response();
     }
     app.keyed_read(&headers, peer.ip(), |state, key| {
-        ok(StatusCode::OK, json!({ "balance": json::balance(&state.query_balance(key)?) }))
+        ok(
+            StatusCode::OK,
+            json!({ "balance": json::balance(&state.query_balance(key)?) }),
+        )
     })
     .await
 }
@@ -317,7 +476,10 @@ async fn balance(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap
 async fn account(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap) -> Response {
     app.keyed_read(&headers, peer.ip(), |state, key| {
         let key = state.query_account(key)?;
-        ok(StatusCode::OK, json!({ "account": json::account(key, crate::engine::now_ms()) }))
+        ok(
+            StatusCode::OK,
+            json!({ "account": json::account(key, crate::engine::now_ms()) }),
+        )
     })
     .await
 }
@@ -325,9 +487,15 @@ async fn account(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap
 // ----- market data ------------------------------------------------------------------------
 
 async fn markets(State(app): Shared, uri: Uri) -> Response {
-    let params = Params::parse(uri.query(), &["series_ticker", "status", "limit", "cursor"]).and_then(|p| {
-        Ok((p.series_ticker("series_ticker")?, p.market_status()?, p.bounded("limit", 1, LIST_LIMIT_MAX)?, p.cursor()?))
-    });
+    let params = Params::parse(uri.query(), &["series_ticker", "status", "limit", "cursor"])
+        .and_then(|p| {
+            Ok((
+                p.series_ticker("series_ticker")?,
+                p.market_status()?,
+                p.bounded("limit", 1, LIST_LIMIT_MAX)?,
+                p.cursor()?,
+            ))
+        });
     let (series, status, limit, cursor_in) = match params {
         Ok(p) => p,
         Err(e) => return e.into_response(),
@@ -335,7 +503,10 @@ async fn markets(State(app): Shared, uri: Uri) -> Response {
     app.public_read(move |state| {
         let page = state.query_markets(series.as_deref(), status, limit, cursor_in)?;
         let markets: Vec<Value> = page.items.iter().map(|m| json::market(state, m)).collect();
-        ok(StatusCode::OK, json!({ "markets": markets, "cursor": cursor(page.cursor) }))
+        ok(
+            StatusCode::OK,
+            json!({ "markets": markets, "cursor": cursor(page.cursor) }),
+        )
     })
     .await
 }
@@ -344,16 +515,25 @@ fn checked_ticker(ticker: &str) -> Result<(), ApiError> {
     if sequencer::validate::is_market_ticker(ticker) {
         Ok(())
     } else {
-        Err(ApiError::bad_request("The ticker does not match the market ticker pattern."))
+        Err(ApiError::bad_request(
+            "The ticker does not match the market ticker pattern.",
+        ))
     }
 }
 
 async fn market(State(app): Shared, Path(ticker): Path<String>, uri: Uri) -> Response {
-    if let Err(e) = checked_ticker(&ticker).and_then(|_| Params::parse(uri.query(), &[]).map(|_| ())) {
+    if let Err(e) =
+        checked_ticker(&ticker).and_then(|_| Params::parse(uri.query(), &[]).map(|_| ()))
+    {
         return e.into_response();
     }
-    app.public_read(move |state| ok(StatusCode::OK, json!({ "market": json::market(state, state.query_market(&ticker)?) })))
-        .await
+    app.public_read(move |state| {
+        ok(
+            StatusCode::OK,
+            json!({ "market": json::market(state, state.query_market(&ticker)?) }),
+        )
+    })
+    .await
 }
 
 async fn orderbook(State(app): Shared, Path(ticker): Path<String>, uri: Uri) -> Response {
@@ -366,7 +546,10 @@ async fn orderbook(State(app): Shared, Path(ticker): Path<String>, uri: Uri) -> 
     };
     app.public_read(move |state| {
         let book = state.query_orderbook(&ticker, depth)?;
-        ok(StatusCode::OK, json!({ "orderbook": json::orderbook(&book) }))
+        ok(
+            StatusCode::OK,
+            json!({ "orderbook": json::orderbook(&book) }),
+        )
     })
     .await
 }
@@ -382,16 +565,55 @@ async fn trades(State(app): Shared, Path(ticker): Path<String>, uri: Uri) -> Res
     app.public_read(move |state| {
         let page = state.query_trades(&ticker, limit, cursor_in)?;
         let trades: Vec<Value> = page.items.iter().map(|t| json::trade(state, t)).collect();
-        ok(StatusCode::OK, json!({ "trades": trades, "cursor": cursor(page.cursor) }))
+        ok(
+            StatusCode::OK,
+            json!({ "trades": trades, "cursor": cursor(page.cursor) }),
+        )
     })
     .await
 }
 
 async fn openapi(State(app): Shared) -> Response {
-    ([(axum::http::header::CONTENT_TYPE, "application/json")], app.openapi).into_response()
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        app.openapi,
+    )
+        .into_response()
 }
 
 async fn metrics(State(app): Shared) -> Response {
-    app.submitter.metrics.queue_depth.store(app.submitter.queue_depth() as u64, std::sync::atomic::Ordering::Relaxed);
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.submitter.metrics.render()).into_response()
+    app.submitter.metrics.queue_depth.store(
+        app.submitter.queue_depth() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        app.submitter.metrics.render(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_has_one_handler_and_appears_once() {
+        let mut seen = std::collections::BTreeSet::new();
+        for &(method, path) in ROUTES {
+            assert!(
+                seen.insert((method, path)),
+                "{method} {path} is listed twice"
+            );
+            assert!(
+                path.starts_with('/') && !path.starts_with("/v1"),
+                "{path} is a path under /v1"
+            );
+            assert!(["GET", "POST", "DELETE"].contains(&method), "{method}");
+            let _ = handler(method, path);
+        }
+    }
 }
