@@ -12,11 +12,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{json, Map, Value};
 use sequencer::command::{AccountFlag, NewKey};
 use sequencer::types::{Environment, KeyLimits, MarketStatus, Scopes};
 use sequencer::wire::{dollars, parse_dollars, parse_e8};
 use sequencer::{Command, ErrorCode, Reply};
+use serde_json::{json, Map, Value};
 use subtle::ConstantTimeEq;
 
 use crate::api::parse::Params;
@@ -50,8 +50,18 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/admin/series", get(series))
         .route("/admin/markets", get(markets))
         .route("/admin/prices", post(price))
-        .fallback(|uri: Uri| async move { ApiError::new(ErrorCode::NotFound, format!("No such path: {}.", uri.path())) })
-        .method_not_allowed_fallback(|| async { ApiError::new(ErrorCode::MethodNotAllowed, "This method is not allowed here.") })
+        .fallback(|uri: Uri| async move {
+            ApiError::new(
+                ErrorCode::NotFound,
+                format!("No such path: {}.", uri.path()),
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "This method is not allowed here.",
+            )
+        })
         .layer(middleware::from_fn_with_state(admin.clone(), guard))
         .with_state(admin)
 }
@@ -64,14 +74,22 @@ async fn guard(State(admin): Shared, request: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if given.len() != admin.token.len() || !bool::from(given.as_bytes().ct_eq(admin.token.as_bytes())) {
-        return ApiError::new(ErrorCode::Unauthorized, "The admin token is missing or wrong.").into_response();
+    if given.len() != admin.token.len()
+        || !bool::from(given.as_bytes().ct_eq(admin.token.as_bytes()))
+    {
+        return ApiError::new(
+            ErrorCode::Unauthorized,
+            "The admin token is missing or wrong.",
+        )
+        .into_response();
     }
     next.run(request).await
 }
 
 async fn body(raw: Body) -> Result<Map<String, Value>, ApiError> {
-    let bytes = to_bytes(raw, 64 * 1024).await.map_err(|_| ApiError::bad_request("The body is too large."))?;
+    let bytes = to_bytes(raw, 64 * 1024)
+        .await
+        .map_err(|_| ApiError::bad_request("The body is too large."))?;
     if bytes.is_empty() {
         return Ok(Map::new());
     }
@@ -83,23 +101,39 @@ async fn body(raw: Body) -> Result<Map<String, Value>, ApiError> {
 
 fn only(map: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
     match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(ApiError::bad_request(format!("Unknown field {k}; allowed: {}.", allowed.join(", ")))),
+        Some(k) => Err(ApiError::bad_request(format!(
+            "Unknown field {k}; allowed: {}.",
+            allowed.join(", ")
+        ))),
         None => Ok(()),
     }
 }
 
 fn money(map: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiError> {
-    let bad = || ApiError::bad_request(format!("Field {field} must be a dollar amount such as \"100.00\"."));
+    let bad = || {
+        ApiError::bad_request(format!(
+            "Field {field} must be a dollar amount such as \"100.00\"."
+        ))
+    };
     match map.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => parse_dollars(s).map(Some).ok_or_else(bad),
-        Some(Value::Number(n)) => n.as_f64().filter(|f| *f >= 0.0 && *f < 1e12).map(|f| Some((f * 100.0).round() as i64)).ok_or_else(bad),
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .filter(|f| *f >= 0.0 && *f < 1e12)
+            .map(|f| Some((f * 100.0).round() as i64))
+            .ok_or_else(bad),
         Some(_) => Err(bad()),
     }
 }
 
 fn account_id(text: &str) -> Result<u32, ApiError> {
-    text.parse().map_err(|_| ApiError::new(ErrorCode::NotFound, format!("account {text} does not exist")))
+    text.parse().map_err(|_| {
+        ApiError::new(
+            ErrorCode::NotFound,
+            format!("account {text} does not exist"),
+        )
+    })
 }
 
 fn reply_ok(reply: Result<Reply, ApiError>, ok: impl FnOnce(Reply) -> Value) -> Response {
@@ -125,11 +159,22 @@ async fn create_account(State(admin): Shared, raw: Body) -> Response {
         Err(e) => return e.into_response(),
     };
     if cash > 0 {
-        if let Ok(Reply::Rejected(r)) = admin.submitter.internal(Command::Deposit { account, cents: cash }).await {
+        if let Ok(Reply::Rejected(r)) = admin
+            .submitter
+            .internal(Command::Deposit {
+                account,
+                cents: cash,
+            })
+            .await
+        {
             return ApiError::from(r).into_response();
         }
     }
-    (StatusCode::OK, Json(json!({ "account_id": account, "cash": dollars(cash) }))).into_response()
+    (
+        StatusCode::OK,
+        Json(json!({ "account_id": account, "cash": dollars(cash) })),
+    )
+        .into_response()
 }
 
 async fn move_money(admin: &Admin, id: &str, raw: Body, deposit: bool) -> Response {
@@ -137,12 +182,20 @@ async fn move_money(admin: &Admin, id: &str, raw: Body, deposit: bool) -> Respon
         let account = account_id(id)?;
         let map = body(raw).await?;
         only(&map, &["amount"])?;
-        let cents = money(&map, "amount")?.ok_or_else(|| ApiError::bad_request("Missing field amount."))?;
-        Ok::<_, ApiError>(if deposit { Command::Deposit { account, cents } } else { Command::Withdraw { account, cents } })
+        let cents =
+            money(&map, "amount")?.ok_or_else(|| ApiError::bad_request("Missing field amount."))?;
+        Ok::<_, ApiError>(if deposit {
+            Command::Deposit { account, cents }
+        } else {
+            Command::Withdraw { account, cents }
+        })
     }
     .await;
     match result {
-        Ok(command) => reply_ok(admin.submitter.internal(command).await, |_| json!({ "ok": true })),
+        Ok(command) => reply_ok(
+            admin.submitter.internal(command).await,
+            |_| json!({ "ok": true }),
+        ),
         Err(e) => e.into_response(),
     }
 }
@@ -169,8 +222,16 @@ async fn flags(State(admin): Shared, Path(id): Path<String>, raw: Body) -> Respo
         for (name, flag) in fields {
             match map.get(name) {
                 None => {}
-                Some(Value::Bool(value)) => commands.push(Command::SetAccountFlag { account, flag, value: *value }),
-                Some(_) => return Err(ApiError::bad_request(format!("Field {name} must be a boolean."))),
+                Some(Value::Bool(value)) => commands.push(Command::SetAccountFlag {
+                    account,
+                    flag,
+                    value: *value,
+                }),
+                Some(_) => {
+                    return Err(ApiError::bad_request(format!(
+                        "Field {name} must be a boolean."
+                    )))
+                }
             }
         }
         Ok(commands)
@@ -195,11 +256,17 @@ async fn risk_cap(State(admin): Shared, Path(id): Path<String>, raw: Body) -> Re
         let account = account_id(&id)?;
         let map = body(raw).await?;
         only(&map, &["usd"])?;
-        Ok::<_, ApiError>(Command::SetAccountRiskCap { account, cents: money(&map, "usd")? })
+        Ok::<_, ApiError>(Command::SetAccountRiskCap {
+            account,
+            cents: money(&map, "usd")?,
+        })
     }
     .await;
     match parsed {
-        Ok(command) => reply_ok(admin.submitter.internal(command).await, |_| json!({ "ok": true })),
+        Ok(command) => reply_ok(
+            admin.submitter.internal(command).await,
+            |_| json!({ "ok": true }),
+        ),
         Err(e) => e.into_response(),
     }
 }
@@ -218,9 +285,12 @@ async fn show(admin: &Admin, id: &str) -> Response {
         .read(
             None,
             Box::new(move |state, _| {
-                let a = state
-                    .account(account)
-                    .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("account {account} does not exist")))?;
+                let a = state.account(account).ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::NotFound,
+                        format!("account {account} does not exist"),
+                    )
+                })?;
                 Ok((
                     StatusCode::OK,
                     json!({
@@ -253,7 +323,9 @@ fn limits_from(map: &Map<String, Value>) -> Result<KeyLimits, ApiError> {
         Some(v) => Some(
             v.as_u64()
                 .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| ApiError::bad_request("Field max_open_orders must be a whole number."))?,
+                .ok_or_else(|| {
+                    ApiError::bad_request("Field max_open_orders must be a whole number.")
+                })?,
         ),
     };
     let series = match map.get("series") {
@@ -263,11 +335,22 @@ fn limits_from(map: &Map<String, Value>) -> Result<KeyLimits, ApiError> {
                 .iter()
                 .map(|i| i.as_str().map(str::to_string))
                 .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| ApiError::bad_request("Field series must be a list of series tickers."))?,
+                .ok_or_else(|| {
+                    ApiError::bad_request("Field series must be a list of series tickers.")
+                })?,
         ),
-        Some(_) => return Err(ApiError::bad_request("Field series must be a list of series tickers.")),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "Field series must be a list of series tickers.",
+            ))
+        }
     };
-    Ok(KeyLimits { max_order_cents: cents("max_order_usd")?, max_daily_cents: cents("max_daily_usd")?, max_open_orders, series })
+    Ok(KeyLimits {
+        max_order_cents: cents("max_order_usd")?,
+        max_daily_cents: cents("max_daily_usd")?,
+        max_open_orders,
+        series,
+    })
 }
 
 async fn issue_key(State(admin): Shared, raw: Body) -> Response {
@@ -275,7 +358,18 @@ async fn issue_key(State(admin): Shared, raw: Body) -> Response {
         let map = body(raw).await?;
         only(
             &map,
-            &["account", "scopes", "env", "name", "max_order_usd", "max_daily_usd", "max_open_orders", "series", "ips", "expires_days"],
+            &[
+                "account",
+                "scopes",
+                "env",
+                "name",
+                "max_order_usd",
+                "max_daily_usd",
+                "max_open_orders",
+                "series",
+                "ips",
+                "expires_days",
+            ],
         )?;
         let account = map
             .get("account")
@@ -286,14 +380,19 @@ async fn issue_key(State(admin): Shared, raw: Body) -> Response {
             Some(Value::String(s)) => Scopes::parse_list(s),
             Some(Value::Array(items)) => {
                 let joined: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
-                if joined.len() == items.len() { Scopes::parse_list(&joined.join(",")) } else { None }
+                if joined.len() == items.len() {
+                    Scopes::parse_list(&joined.join(","))
+                } else {
+                    None
+                }
             }
             _ => None,
         }
         .ok_or_else(|| ApiError::bad_request("Field scopes must list read and/or trade."))?;
         let environment = match map.get("env") {
             None => admin.environment,
-            Some(Value::String(s)) => Environment::parse(s).ok_or_else(|| ApiError::bad_request("Field env must be live or test."))?,
+            Some(Value::String(s)) => Environment::parse(s)
+                .ok_or_else(|| ApiError::bad_request("Field env must be live or test."))?,
             Some(_) => return Err(ApiError::bad_request("Field env must be live or test.")),
         };
         let name = match map.get("name") {
@@ -308,17 +407,28 @@ async fn issue_key(State(admin): Shared, raw: Body) -> Response {
                 .map(|i| i.as_str().map(str::to_string))
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| ApiError::bad_request("Field ips must be a list of addresses."))?,
-            Some(_) => return Err(ApiError::bad_request("Field ips must be a list of addresses.")),
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    "Field ips must be a list of addresses.",
+                ))
+            }
         };
-        let expires_days = match map.get("expires_days") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_u64()
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| ApiError::bad_request("Field expires_days must be 1 to 365."))?,
-            ),
-        };
-        Ok::<_, ApiError>((account, scopes, environment, name, limits_from(&map)?, ip_allowlist, expires_days))
+        let expires_days =
+            match map.get("expires_days") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(
+                    || ApiError::bad_request("Field expires_days must be 1 to 365."),
+                )?),
+            };
+        Ok::<_, ApiError>((
+            account,
+            scopes,
+            environment,
+            name,
+            limits_from(&map)?,
+            ip_allowlist,
+            expires_days,
+        ))
     }
     .await;
     let (account, scopes, environment, name, limits, ip_allowlist, expires_days) = match parsed {
@@ -339,9 +449,10 @@ async fn issue_key(State(admin): Shared, raw: Body) -> Response {
         expires_days,
     });
     let key = format!("tk_{}_{key_id}_{secret}", environment.as_str());
-    reply_ok(admin.submitter.internal(command).await, move |_| {
-        json!({ "key": key, "key_id": key_id, "account": account, "environment": environment.as_str(), "scopes": scopes.names() })
-    })
+    reply_ok(
+        admin.submitter.internal(command).await,
+        move |_| json!({ "key": key, "key_id": key_id, "account": account, "environment": environment.as_str(), "scopes": scopes.names() }),
+    )
 }
 
 async fn list_keys(State(admin): Shared, uri: Uri) -> Response {
@@ -359,7 +470,9 @@ async fn list_keys(State(admin): Shared, uri: Uri) -> Response {
             None,
             Box::new(move |state, _| {
                 if let Some(a) = account {
-                    state.account(a).ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("account {a} does not exist")))?;
+                    state.account(a).ok_or_else(|| {
+                        ApiError::new(ErrorCode::NotFound, format!("account {a} does not exist"))
+                    })?;
                 }
                 let now = crate::engine::now_ms();
                 let keys: Vec<Value> = state
@@ -388,18 +501,38 @@ async fn list_keys(State(admin): Shared, uri: Uri) -> Response {
 }
 
 async fn revoke_key(State(admin): Shared, Path(key_id): Path<String>) -> Response {
-    reply_ok(admin.submitter.internal(Command::RevokeKey { key_id }).await, |_| json!({ "ok": true }))
+    reply_ok(
+        admin
+            .submitter
+            .internal(Command::RevokeKey { key_id })
+            .await,
+        |_| json!({ "ok": true }),
+    )
 }
 
 async fn key_limits(State(admin): Shared, Path(key_id): Path<String>, raw: Body) -> Response {
     let limits = async {
         let map = body(raw).await?;
-        only(&map, &["max_order_usd", "max_daily_usd", "max_open_orders", "series"])?;
+        only(
+            &map,
+            &[
+                "max_order_usd",
+                "max_daily_usd",
+                "max_open_orders",
+                "series",
+            ],
+        )?;
         limits_from(&map)
     }
     .await;
     match limits {
-        Ok(limits) => reply_ok(admin.submitter.internal(Command::SetKeyLimits { key_id, limits }).await, |_| json!({ "ok": true })),
+        Ok(limits) => reply_ok(
+            admin
+                .submitter
+                .internal(Command::SetKeyLimits { key_id, limits })
+                .await,
+            |_| json!({ "ok": true }),
+        ),
         Err(e) => e.into_response(),
     }
 }
@@ -410,18 +543,30 @@ async fn pause(State(admin): Shared, raw: Body) -> Response {
         only(&map, &["until_ts_ms"])?;
         match map.get("until_ts_ms") {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_u64().map(Some).ok_or_else(|| ApiError::bad_request("Field until_ts_ms must be epoch ms.")),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| ApiError::bad_request("Field until_ts_ms must be epoch ms.")),
         }
     }
     .await;
     match until {
-        Ok(until_ts_ms) => reply_ok(admin.submitter.internal(Command::PauseTrading { until_ts_ms }).await, |_| json!({ "ok": true })),
+        Ok(until_ts_ms) => reply_ok(
+            admin
+                .submitter
+                .internal(Command::PauseTrading { until_ts_ms })
+                .await,
+            |_| json!({ "ok": true }),
+        ),
         Err(e) => e.into_response(),
     }
 }
 
 async fn resume(State(admin): Shared) -> Response {
-    reply_ok(admin.submitter.internal(Command::ResumeTrading).await, |_| json!({ "ok": true }))
+    reply_ok(
+        admin.submitter.internal(Command::ResumeTrading).await,
+        |_| json!({ "ok": true }),
+    )
 }
 
 async fn series(State(admin): Shared) -> Response {
@@ -468,8 +613,17 @@ async fn markets(State(admin): Shared, uri: Uri) -> Response {
         .read(
             None,
             Box::new(move |state, _| {
-                let page = state.query_markets(series.as_deref(), status, Some(sequencer::limits::LIST_LIMIT_MAX), None)?;
-                let markets: Vec<Value> = page.items.iter().map(|m| crate::api::json::market(state, m)).collect();
+                let page = state.query_markets(
+                    series.as_deref(),
+                    status,
+                    Some(sequencer::limits::LIST_LIMIT_MAX),
+                    None,
+                )?;
+                let markets: Vec<Value> = page
+                    .items
+                    .iter()
+                    .map(|m| crate::api::json::market(state, m))
+                    .collect();
                 Ok((StatusCode::OK, json!({ "markets": markets })))
             }),
         )
@@ -481,25 +635,44 @@ async fn markets(State(admin): Shared, uri: Uri) -> Response {
 }
 
 /// The operator ingest path for a real feed: one print.
-async fn price(State(admin): Shared, ConnectInfo(_peer): ConnectInfo<SocketAddr>, _headers: HeaderMap, raw: Body) -> Response {
+async fn price(
+    State(admin): Shared,
+    ConnectInfo(_peer): ConnectInfo<SocketAddr>,
+    _headers: HeaderMap,
+    raw: Body,
+) -> Response {
     let command = async {
         let map = body(raw).await?;
         only(&map, &["symbol", "price", "t_ms"])?;
-        let symbol = map.get("symbol").and_then(Value::as_str).ok_or_else(|| ApiError::bad_request("Missing field symbol."))?;
+        let symbol = map
+            .get("symbol")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::bad_request("Missing field symbol."))?;
         let price_e8 = map
             .get("price")
             .and_then(Value::as_str)
             .and_then(parse_e8)
-            .ok_or_else(|| ApiError::bad_request("Field price must be a decimal string such as \"97123.45\"."))?;
+            .ok_or_else(|| {
+                ApiError::bad_request("Field price must be a decimal string such as \"97123.45\".")
+            })?;
         let t_ms = match map.get("t_ms") {
             None => crate::engine::now_ms(),
-            Some(v) => v.as_u64().ok_or_else(|| ApiError::bad_request("Field t_ms must be epoch ms."))?,
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| ApiError::bad_request("Field t_ms must be epoch ms."))?,
         };
-        Ok::<_, ApiError>(Command::Price { symbol: symbol.to_string(), price_e8, t_ms })
+        Ok::<_, ApiError>(Command::Price {
+            symbol: symbol.to_string(),
+            price_e8,
+            t_ms,
+        })
     }
     .await;
     match command {
-        Ok(command) => reply_ok(admin.submitter.internal(command).await, |_| json!({ "ok": true })),
+        Ok(command) => reply_ok(
+            admin.submitter.internal(command).await,
+            |_| json!({ "ok": true }),
+        ),
         Err(e) => e.into_response(),
     }
 }

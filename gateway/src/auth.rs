@@ -30,11 +30,20 @@ pub struct KeyParts<'a> {
 /// Splits a key string; `None` when it is not of the key format.
 pub fn split_key(key: &str) -> Option<KeyParts<'_>> {
     let mut parts = key.splitn(4, '_');
-    let (prefix, env, key_id, secret) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    if prefix != KEY_PREFIX || secret.is_empty() || secret.contains('_') || !sequencer::validate::is_key_id(key_id) {
+    let (prefix, env, key_id, secret) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if prefix != KEY_PREFIX
+        || secret.is_empty()
+        || secret.contains('_')
+        || !sequencer::validate::is_key_id(key_id)
+    {
         return None;
     }
-    Some(KeyParts { environment: Environment::parse(env)?, key_id, secret })
+    Some(KeyParts {
+        environment: Environment::parse(env)?,
+        key_id,
+        secret,
+    })
 }
 
 /// SHA-256 of a secret: the only form in which a secret is kept.
@@ -48,20 +57,36 @@ fn unauthorized(refusal: KeyRefusal) -> ApiError {
 
 /// The caller of a request that needs a key. Checks what can be checked
 /// without the registry: presence, format and environment.
-pub fn caller(headers: &HeaderMap, ip: IpAddr, server: Environment, rate_limited: bool) -> Result<Caller, ApiError> {
+pub fn caller(
+    headers: &HeaderMap,
+    ip: IpAddr,
+    server: Environment,
+    rate_limited: bool,
+) -> Result<Caller, ApiError> {
     let value = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| unauthorized(KeyRefusal::Missing))?;
-    let key = value.strip_prefix("Bearer ").map(str::trim).ok_or_else(|| unauthorized(KeyRefusal::Missing))?;
+    let key = value
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .ok_or_else(|| unauthorized(KeyRefusal::Missing))?;
     if !key.starts_with("tk_") {
         return Err(unauthorized(KeyRefusal::Missing));
     }
     let parts = split_key(key).ok_or_else(|| unauthorized(KeyRefusal::Invalid))?;
     if parts.environment != server {
-        return Err(unauthorized(KeyRefusal::WrongEnvironment { key: parts.environment, server }));
+        return Err(unauthorized(KeyRefusal::WrongEnvironment {
+            key: parts.environment,
+            server,
+        }));
     }
-    Ok(Caller { key_id: parts.key_id.to_string(), fingerprint: fingerprint(parts.secret), ip, rate_limited })
+    Ok(Caller {
+        key_id: parts.key_id.to_string(),
+        fingerprint: fingerprint(parts.secret),
+        ip,
+        rate_limited,
+    })
 }
 
 /// Failed authentications per address; an address with too many in the
@@ -83,7 +108,11 @@ const LOCKOUT_ENTRIES_MAX: usize = 100_000;
 
 impl Lockout {
     pub fn new(failures: u32, window: Duration) -> Self {
-        Self { failures: failures.max(1), window, entries: Mutex::new(HashMap::new()) }
+        Self {
+            failures: failures.max(1),
+            window,
+            entries: Mutex::new(HashMap::new()),
+        }
     }
 
     /// `Err(429)` while the address is locked out.
@@ -107,11 +136,23 @@ impl Lockout {
         let now = Instant::now();
         let mut entries = self.entries.lock().expect("lockout lock");
         if entries.len() >= LOCKOUT_ENTRIES_MAX {
-            entries.retain(|_, e| now.duration_since(e.since) < self.window || e.locked_until.is_some_and(|u| u > now));
+            entries.retain(|_, e| {
+                now.duration_since(e.since) < self.window || e.locked_until.is_some_and(|u| u > now)
+            });
         }
-        let entry = entries.entry(ip).or_insert(Entry { count: 0, since: now, locked_until: None });
-        if now.duration_since(entry.since) > self.window || entry.locked_until.is_some_and(|u| u <= now) {
-            *entry = Entry { count: 0, since: now, locked_until: None };
+        let entry = entries.entry(ip).or_insert(Entry {
+            count: 0,
+            since: now,
+            locked_until: None,
+        });
+        if now.duration_since(entry.since) > self.window
+            || entry.locked_until.is_some_and(|u| u <= now)
+        {
+            *entry = Entry {
+                count: 0,
+                since: now,
+                locked_until: None,
+            };
         }
         entry.count += 1;
         if entry.count >= self.failures && entry.locked_until.is_none() {
@@ -150,7 +191,14 @@ mod tests {
     #[test]
     fn key_strings() {
         let parts = split_key("tk_test_abc123_s3cr3t").unwrap();
-        assert_eq!(parts, KeyParts { environment: Environment::Test, key_id: "abc123", secret: "s3cr3t" });
+        assert_eq!(
+            parts,
+            KeyParts {
+                environment: Environment::Test,
+                key_id: "abc123",
+                secret: "s3cr3t"
+            }
+        );
         assert!(split_key("tk_prod_abc_s").is_none());
         assert!(split_key("xx_test_abc_s").is_none());
         assert!(split_key("tk_test_abc_").is_none());
@@ -178,6 +226,8 @@ mod tests {
         let b = random_token(32);
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
-        assert!(a.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
     }
 }

@@ -4,9 +4,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use serde::Deserialize;
 use sequencer::types::Environment;
 use sequencer::{SeriesConfig, VenueConfig};
+use serde::Deserialize;
 
 /// How often the journal is made durable.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -172,7 +172,12 @@ impl ServerConfig {
 
     /// The environment as the sequencer knows it.
     pub fn environment(&self) -> Result<Environment, String> {
-        Environment::parse(&self.environment).ok_or_else(|| format!("environment must be live or test, not {:?}", self.environment))
+        Environment::parse(&self.environment).ok_or_else(|| {
+            format!(
+                "environment must be live or test, not {:?}",
+                self.environment
+            )
+        })
     }
 
     /// The venue configuration written at the start of a new journal.
@@ -198,7 +203,8 @@ mod tests {
 
     #[test]
     fn the_example_config_parses_and_matches_the_defaults() {
-        let config = ServerConfig::from_toml(include_str!("../../docs/config.example.toml")).unwrap();
+        let config =
+            ServerConfig::from_toml(include_str!("../../docs/config.example.toml")).unwrap();
         let defaults = ServerConfig::default();
         assert_eq!(config.listen, defaults.listen);
         assert_eq!(config.durability, DurabilityPolicy::GroupCommit);
@@ -210,7 +216,9 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_bad_values_are_refused() {
-        assert!(ServerConfig::from_toml("listen_on = \"x\"").unwrap_err().contains("unknown field"));
+        assert!(ServerConfig::from_toml("listen_on = \"x\"")
+            .unwrap_err()
+            .contains("unknown field"));
         let live = ServerConfig::from_toml("environment = \"prod\"").unwrap();
         assert!(live.environment().is_err());
     }

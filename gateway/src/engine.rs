@@ -10,6 +10,7 @@
 //! 5. it commits the journal once for the batch (group commit);
 //! 6. only then it sends the answers, and hands the batch's events to the
 //!    publisher.
+//!
 //! A failed journal write stops the node: every later write answers 503.
 
 use std::collections::HashMap;
@@ -55,11 +56,23 @@ pub struct Caller {
 
 /// One unit of work for the sequencer thread.
 pub enum Job {
-    Write { caller: Option<Caller>, build: BuildFn, finish: FinishFn, reply: oneshot::Sender<Answer> },
-    Read { caller: Option<Caller>, read: ReadFn, reply: oneshot::Sender<Answer> },
+    Write {
+        caller: Option<Caller>,
+        build: BuildFn,
+        finish: FinishFn,
+        reply: oneshot::Sender<Answer>,
+    },
+    Read {
+        caller: Option<Caller>,
+        read: ReadFn,
+        reply: oneshot::Sender<Answer>,
+    },
     /// A command from inside the venue (price feed, operator); answered with
     /// the reply as is.
-    Internal { command: Command, reply: Option<oneshot::Sender<Reply>> },
+    Internal {
+        command: Command,
+        reply: Option<oneshot::Sender<Reply>>,
+    },
 }
 
 /// The gateway's handle on the queue.
@@ -79,13 +92,17 @@ impl Submitter {
                 Ok(()) => return Ok(()),
                 Err(TrySendError::Full(back)) => {
                     if Instant::now() >= deadline {
-                        return Err(ApiError::unavailable("The exchange is busy; retry with the same client_order_id."));
+                        return Err(ApiError::unavailable(
+                            "The exchange is busy; retry with the same client_order_id.",
+                        ));
                     }
                     job = back;
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 Err(TrySendError::Disconnected(_)) => {
-                    return Err(ApiError::unavailable("The exchange is shutting down; retry with the same client_order_id."))
+                    return Err(ApiError::unavailable(
+                        "The exchange is shutting down; retry with the same client_order_id.",
+                    ))
                 }
             }
         }
@@ -94,34 +111,56 @@ impl Submitter {
     async fn wait<T>(&self, rx: oneshot::Receiver<T>) -> Result<T, ApiError> {
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(value)) => Ok(value),
-            _ => Err(ApiError::unavailable("The order could not be confirmed in time; retry with the same client_order_id.")),
+            _ => Err(ApiError::unavailable(
+                "The order could not be confirmed in time; retry with the same client_order_id.",
+            )),
         }
     }
 
     /// Runs a write and waits for its answer.
     pub async fn write(&self, caller: Option<Caller>, build: BuildFn, finish: FinishFn) -> Answer {
         let (reply, rx) = oneshot::channel();
-        self.push(Job::Write { caller, build, finish, reply }).await?;
+        self.push(Job::Write {
+            caller,
+            build,
+            finish,
+            reply,
+        })
+        .await?;
         self.wait(rx).await?
     }
 
     /// Runs a read and waits for its answer.
     pub async fn read(&self, caller: Option<Caller>, read: ReadFn) -> Answer {
         let (reply, rx) = oneshot::channel();
-        self.push(Job::Read { caller, read, reply }).await?;
+        self.push(Job::Read {
+            caller,
+            read,
+            reply,
+        })
+        .await?;
         self.wait(rx).await?
     }
 
     /// Submits a command from inside the venue and waits for its reply.
     pub async fn internal(&self, command: Command) -> Result<Reply, ApiError> {
         let (reply, rx) = oneshot::channel();
-        self.push(Job::Internal { command, reply: Some(reply) }).await?;
+        self.push(Job::Internal {
+            command,
+            reply: Some(reply),
+        })
+        .await?;
         self.wait(rx).await
     }
 
     /// Submits without waiting, from a plain thread (the price feed).
     pub fn internal_nowait(&self, command: Command) -> bool {
-        self.tx.try_send(Job::Internal { command, reply: None }).is_ok()
+        self.tx
+            .try_send(Job::Internal {
+                command,
+                reply: None,
+            })
+            .is_ok()
     }
 
     /// Jobs waiting in the queue.
@@ -163,7 +202,9 @@ pub struct Engine {
 /// Wall-clock epoch milliseconds; the one clock of the venue, read only by
 /// the sequencer thread to stamp commands.
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Engine {
@@ -177,13 +218,21 @@ impl Engine {
     ) -> Engine {
         let (tx, rx) = crossbeam_channel::bounded(settings.queue_capacity);
         let stop = Arc::new(AtomicBool::new(false));
-        let submitter = Submitter { tx, timeout: settings.request_timeout, metrics: metrics.clone() };
+        let submitter = Submitter {
+            tx,
+            timeout: settings.request_timeout,
+            metrics: metrics.clone(),
+        };
         let thread_stop = stop.clone();
         let handle = std::thread::Builder::new()
             .name("sequencer".into())
             .spawn(move || run(node, rx, settings, metrics, failures, events, thread_stop))
             .expect("spawn the sequencer thread");
-        Engine { submitter, stop, handle: Some(handle) }
+        Engine {
+            submitter,
+            stop,
+            handle: Some(handle),
+        }
     }
 
     /// Stops taking new work, finishes what is queued, syncs the journal and
@@ -213,7 +262,15 @@ fn run(
     mut events: EventSink,
     stop: Arc<AtomicBool>,
 ) -> Node {
-    let mut this = Loop { node, settings, metrics, failures, buckets: HashMap::new(), last_ts: 0, snapshot_seq: 0 };
+    let mut this = Loop {
+        node,
+        settings,
+        metrics,
+        failures,
+        buckets: HashMap::new(),
+        last_ts: 0,
+        snapshot_seq: 0,
+    };
     let mut batch: Vec<Job> = Vec::with_capacity(BATCH_MAX);
     let mut answers: Vec<Pending> = Vec::with_capacity(BATCH_MAX);
     loop {
@@ -246,7 +303,12 @@ fn run(
             events(this.node.state(), this.node.events());
             this.node.drain_events();
         }
-        this.metrics.record_batch(jobs as u64, started.elapsed(), rx.len() as u64, this.node.state().last_seq);
+        this.metrics.record_batch(
+            jobs as u64,
+            started.elapsed(),
+            rx.len() as u64,
+            this.node.state().last_seq,
+        );
         this.maybe_snapshot();
         if stop.load(Ordering::SeqCst) && rx.is_empty() {
             break;
@@ -263,16 +325,29 @@ fn run(
 
 /// An answer held until the batch is committed.
 enum Pending {
-    Http { reply: oneshot::Sender<Answer>, answer: Answer, wrote: bool },
-    Internal { reply: Option<oneshot::Sender<Reply>>, answer: Reply },
+    Http {
+        reply: oneshot::Sender<Answer>,
+        answer: Answer,
+        wrote: bool,
+    },
+    Internal {
+        reply: Option<oneshot::Sender<Reply>>,
+        answer: Reply,
+    },
 }
 
 impl Pending {
     fn send(self, committed: bool) {
         match self {
-            Pending::Http { reply, answer, wrote } => {
+            Pending::Http {
+                reply,
+                answer,
+                wrote,
+            } => {
                 let answer = if wrote && !committed {
-                    Err(ApiError::unavailable("The order could not be confirmed; retry with the same client_order_id."))
+                    Err(ApiError::unavailable(
+                        "The order could not be confirmed; retry with the same client_order_id.",
+                    ))
                 } else {
                     answer
                 };
@@ -333,17 +408,34 @@ impl Loop {
                 };
                 Pending::Internal { reply, answer }
             }
-            Job::Read { caller, read, reply } => {
+            Job::Read {
+                caller,
+                read,
+                reply,
+            } => {
                 let answer = match self.authenticate(caller.as_ref()) {
                     Ok(key) => read(self.node.state(), key),
                     Err(e) => Err(e),
                 };
-                Pending::Http { reply, answer, wrote: false }
+                Pending::Http {
+                    reply,
+                    answer,
+                    wrote: false,
+                }
             }
-            Job::Write { caller, build, finish, reply } => {
+            Job::Write {
+                caller,
+                build,
+                finish,
+                reply,
+            } => {
                 let answer = self.write(caller.as_ref(), build, finish);
                 let wrote = answer.is_ok();
-                Pending::Http { reply, answer, wrote }
+                Pending::Http {
+                    reply,
+                    answer,
+                    wrote,
+                }
             }
         }
     }
@@ -368,7 +460,9 @@ impl Loop {
 
     /// Finds the key and checks its secret, state and address.
     fn authenticate(&self, caller: Option<&Caller>) -> Result<Option<KeyIdx>, ApiError> {
-        let Some(caller) = caller else { return Ok(None) };
+        let Some(caller) = caller else {
+            return Ok(None);
+        };
         let state = self.node.state();
         let refuse = |refusal: KeyRefusal| {
             if matches!(refusal, KeyRefusal::Invalid) {
@@ -376,12 +470,20 @@ impl Loop {
             }
             Err(ApiError::new(ErrorCode::Unauthorized, refusal.message()))
         };
-        let Some(key) = state.key_by_id(&caller.key_id) else { return refuse(KeyRefusal::Invalid) };
+        let Some(key) = state.key_by_id(&caller.key_id) else {
+            return refuse(KeyRefusal::Invalid);
+        };
         if !bool::from(key.fingerprint.ct_eq(&caller.fingerprint)) {
             return refuse(KeyRefusal::Invalid);
         }
         let suspended = state.account(key.account).is_none_or(|a| a.suspended);
-        match check_key(key, suspended, now_ms().max(state.now_ms), self.settings.environment, Some(caller.ip)) {
+        match check_key(
+            key,
+            suspended,
+            now_ms().max(state.now_ms),
+            self.settings.environment,
+            Some(caller.ip),
+        ) {
             Ok(()) => Ok(Some(key.idx)),
             Err(refusal) => refuse(refusal),
         }
@@ -391,8 +493,12 @@ impl Loop {
         let rate = f64::from(self.settings.orders_per_second.max(1));
         let burst = f64::from(self.settings.orders_burst.max(1));
         let now = Instant::now();
-        let bucket = self.buckets.entry(key).or_insert(Bucket { tokens: burst, last: now });
-        bucket.tokens = (bucket.tokens + now.duration_since(bucket.last).as_secs_f64() * rate).min(burst);
+        let bucket = self.buckets.entry(key).or_insert(Bucket {
+            tokens: burst,
+            last: now,
+        });
+        bucket.tokens =
+            (bucket.tokens + now.duration_since(bucket.last).as_secs_f64() * rate).min(burst);
         bucket.last = now;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;

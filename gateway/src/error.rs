@@ -18,7 +18,12 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), details: None, retry_after_secs: None }
+        Self {
+            code,
+            message: message.into(),
+            details: None,
+            retry_after_secs: None,
+        }
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::BadRequest, message)
@@ -27,7 +32,10 @@ impl ApiError {
         Self::new(ErrorCode::ExchangeUnavailable, message)
     }
     pub fn rate_limited(message: impl Into<String>, retry_after_secs: u64) -> Self {
-        Self { retry_after_secs: Some(retry_after_secs.max(1)), ..Self::new(ErrorCode::RateLimited, message) }
+        Self {
+            retry_after_secs: Some(retry_after_secs.max(1)),
+            ..Self::new(ErrorCode::RateLimited, message)
+        }
     }
     pub fn status(&self) -> StatusCode {
         StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)

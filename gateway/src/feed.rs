@@ -50,7 +50,10 @@ pub fn start(
                 .into_iter()
                 .enumerate()
                 .map(|(i, (symbol, price))| {
-                    let state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(i as u64 + 1) | 1;
+                    let state = seed
+                        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                        .wrapping_add(i as u64 + 1)
+                        | 1;
                     (symbol, Walk { state, price })
                 })
                 .collect();
@@ -58,7 +61,11 @@ pub fn start(
                 let t_ms = now_ms();
                 for (symbol, walk) in &mut walks {
                     let price_e8 = (walk.step() * 1e8).round() as i64;
-                    submitter.internal_nowait(Command::Price { symbol: symbol.clone(), price_e8, t_ms });
+                    submitter.internal_nowait(Command::Price {
+                        symbol: symbol.clone(),
+                        price_e8,
+                        t_ms,
+                    });
                 }
                 let mut slept = Duration::ZERO;
                 while slept < interval && !stop.load(Ordering::SeqCst) {

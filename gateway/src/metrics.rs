@@ -48,9 +48,9 @@ impl Metrics {
             *map.entry((route.to_string(), status)).or_default() += 1;
         }
         if let Ok(mut map) = self.latency_us.lock() {
-            let histogram = map
-                .entry(route.to_string())
-                .or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000, 2).expect("histogram bounds"));
+            let histogram = map.entry(route.to_string()).or_insert_with(|| {
+                Histogram::new_with_bounds(1, 60_000_000, 2).expect("histogram bounds")
+            });
             histogram.saturating_record(elapsed.as_micros() as u64);
         }
     }
@@ -59,10 +59,12 @@ impl Metrics {
     pub fn record_batch(&self, jobs: u64, busy: Duration, queue_depth: u64, last_seq: u64) {
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.jobs.fetch_add(jobs, Ordering::Relaxed);
-        self.batch_busy_us.fetch_add(busy.as_micros() as u64, Ordering::Relaxed);
+        self.batch_busy_us
+            .fetch_add(busy.as_micros() as u64, Ordering::Relaxed);
         self.queue_depth.store(queue_depth, Ordering::Relaxed);
         self.last_seq.store(last_seq, Ordering::Relaxed);
-        self.journal_lag_ms.store(busy.as_millis() as u64, Ordering::Relaxed);
+        self.journal_lag_ms
+            .store(busy.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition.
@@ -71,7 +73,10 @@ impl Metrics {
         let _ = writeln!(out, "# TYPE updown_http_requests_total counter");
         if let Ok(map) = self.requests.lock() {
             for ((route, status), n) in map.iter() {
-                let _ = writeln!(out, "updown_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
+                let _ = writeln!(
+                    out,
+                    "updown_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                );
             }
         }
         let _ = writeln!(out, "# TYPE updown_http_latency_us summary");
@@ -84,18 +89,54 @@ impl Metrics {
                         h.value_at_quantile(q)
                     );
                 }
-                let _ = writeln!(out, "updown_http_latency_us_count{{route=\"{route}\"}} {}", h.len());
+                let _ = writeln!(
+                    out,
+                    "updown_http_latency_us_count{{route=\"{route}\"}} {}",
+                    h.len()
+                );
             }
         }
         let gauges = [
-            ("updown_sequencer_batches_total", "counter", self.batches.load(Ordering::Relaxed)),
-            ("updown_sequencer_jobs_total", "counter", self.jobs.load(Ordering::Relaxed)),
-            ("updown_sequencer_queue_depth", "gauge", self.queue_depth.load(Ordering::Relaxed)),
-            ("updown_sequencer_busy_us_total", "counter", self.batch_busy_us.load(Ordering::Relaxed)),
-            ("updown_journal_last_seq", "gauge", self.last_seq.load(Ordering::Relaxed)),
-            ("updown_journal_commit_lag_ms", "gauge", self.journal_lag_ms.load(Ordering::Relaxed)),
-            ("updown_rate_limited_total", "counter", self.rate_limited.load(Ordering::Relaxed)),
-            ("updown_auth_lockouts_total", "counter", self.lockouts.load(Ordering::Relaxed)),
+            (
+                "updown_sequencer_batches_total",
+                "counter",
+                self.batches.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_sequencer_jobs_total",
+                "counter",
+                self.jobs.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_sequencer_queue_depth",
+                "gauge",
+                self.queue_depth.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_sequencer_busy_us_total",
+                "counter",
+                self.batch_busy_us.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_journal_last_seq",
+                "gauge",
+                self.last_seq.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_journal_commit_lag_ms",
+                "gauge",
+                self.journal_lag_ms.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_rate_limited_total",
+                "counter",
+                self.rate_limited.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_auth_lockouts_total",
+                "counter",
+                self.lockouts.load(Ordering::Relaxed),
+            ),
         ];
         for (name, kind, value) in gauges {
             let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {value}");

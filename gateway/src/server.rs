@@ -30,11 +30,17 @@ pub enum StartError {
     #[error("configuration: {0}")]
     Config(String),
     #[error("data directory {path}: {source}")]
-    DataDir { path: PathBuf, source: std::io::Error },
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("the journal could not be opened: {0}")]
     Node(#[from] replay::NodeError),
     #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// A running venue.
@@ -65,7 +71,10 @@ pub fn server_file_path(data_dir: &Path) -> PathBuf {
 
 fn admin_token(data_dir: &Path) -> Result<String, StartError> {
     let path = admin_token_path(data_dir);
-    let io = |source| StartError::DataDir { path: path.clone(), source };
+    let io = |source| StartError::DataDir {
+        path: path.clone(),
+        source,
+    };
     match std::fs::read_to_string(&path) {
         Ok(token) if !token.trim().is_empty() => Ok(token.trim().to_string()),
         _ => {
@@ -74,7 +83,8 @@ fn admin_token(data_dir: &Path) -> Result<String, StartError> {
             #[cfg(unix)]
             {
                 use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(io)?;
             }
             Ok(token)
         }
@@ -86,8 +96,10 @@ impl Server {
     pub fn start(config: ServerConfig) -> Result<Server, StartError> {
         let environment = config.environment().map_err(StartError::Config)?;
         let venue = config.venue().map_err(StartError::Config)?;
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
         let token = admin_token(&config.data_dir)?;
         let mut journal = JournalConfig::new(config.journal_dir());
         journal.segment_bytes = config.segment_mib.max(1) * 1024 * 1024;
@@ -97,28 +109,46 @@ impl Server {
             DurabilityPolicy::Interval => Durability::IntervalMs(config.durability_interval_ms),
             DurabilityPolicy::Never => Durability::Never,
         };
-        let node_config = NodeConfig { journal, snapshot_dir: Some(config.snapshot_dir()), venue };
+        let node_config = NodeConfig {
+            journal,
+            snapshot_dir: Some(config.snapshot_dir()),
+            venue,
+        };
         let (node, report) = Node::open(node_config, now_ms())?;
         let open_report = format!(
             "journal: {} records, last seq {:?}{}; replayed {} commands{}",
             report.recovery.records,
             report.recovery.last_seq,
-            report.recovery.truncated_tail.as_ref().map_or(String::new(), |t| format!(
-                ", torn tail cut at {} offset {} ({} bytes)",
-                t.segment.display(),
-                t.offset,
-                t.bytes_dropped
-            )),
+            report
+                .recovery
+                .truncated_tail
+                .as_ref()
+                .map_or(String::new(), |t| format!(
+                    ", torn tail cut at {} offset {} ({} bytes)",
+                    t.segment.display(),
+                    t.offset,
+                    t.bytes_dropped
+                )),
             report.replayed,
-            report.from_snapshot.map_or(String::new(), |s| format!(" after snapshot {s}")),
+            report
+                .from_snapshot
+                .map_or(String::new(), |s| format!(" after snapshot {s}")),
         );
         tracing::info!("{open_report}");
         for skipped in &report.skipped_snapshots {
             tracing::warn!("skipped a damaged snapshot: {skipped}");
         }
-        let existing: Vec<String> = node.state().series.iter().map(|s| s.config.ticker.clone()).collect();
+        let existing: Vec<String> = node
+            .state()
+            .series
+            .iter()
+            .map(|s| s.config.ticker.clone())
+            .collect();
         let metrics = Arc::new(Metrics::default());
-        let lockout = Arc::new(Lockout::new(config.lockout_failures, Duration::from_secs(config.lockout_secs)));
+        let lockout = Arc::new(Lockout::new(
+            config.lockout_failures,
+            Duration::from_secs(config.lockout_secs),
+        ));
         let failures_lockout = lockout.clone();
         let failures_metrics = metrics.clone();
         let failures: crate::engine::FailureSink = Arc::new(move |ip| {
@@ -143,15 +173,33 @@ impl Server {
             .thread_name("gateway")
             .enable_all()
             .build()
-            .map_err(|source| StartError::DataDir { path: config.data_dir.clone(), source })?;
+            .map_err(|source| StartError::DataDir {
+                path: config.data_dir.clone(),
+                source,
+            })?;
 
         // Series from the configuration that the journal does not have yet.
-        for entry in config.series.iter().filter(|s| !existing.contains(&s.ticker)) {
-            let reply = runtime.block_on(submitter.internal(Command::CreateSeries(entry.to_config())));
+        for entry in config
+            .series
+            .iter()
+            .filter(|s| !existing.contains(&s.ticker))
+        {
+            let reply =
+                runtime.block_on(submitter.internal(Command::CreateSeries(entry.to_config())));
             match reply {
                 Ok(Reply::Ok) => tracing::info!(series = %entry.ticker, "series created"),
-                Ok(other) => return Err(StartError::Config(format!("series {}: {other:?}", entry.ticker))),
-                Err(e) => return Err(StartError::Config(format!("series {}: {}", entry.ticker, e.message))),
+                Ok(other) => {
+                    return Err(StartError::Config(format!(
+                        "series {}: {other:?}",
+                        entry.ticker
+                    )))
+                }
+                Err(e) => {
+                    return Err(StartError::Config(format!(
+                        "series {}: {}",
+                        entry.ticker, e.message
+                    )))
+                }
             }
         }
 
@@ -159,7 +207,9 @@ impl Server {
         let feed = config.price_simulator.then(|| {
             let mut symbols = BTreeMap::new();
             for s in &config.series {
-                symbols.entry(s.symbol.clone()).or_insert(s.sim_start_price.unwrap_or(100.0));
+                symbols
+                    .entry(s.symbol.clone())
+                    .or_insert(s.sim_start_price.unwrap_or(100.0));
             }
             crate::feed::start(
                 submitter.clone(),
@@ -170,15 +220,29 @@ impl Server {
             )
         });
 
-        let app = Arc::new(App { submitter: submitter.clone(), environment, lockout, openapi: OPENAPI });
-        let admin = Arc::new(Admin { submitter: submitter.clone(), token: token.clone(), environment });
+        let app = Arc::new(App {
+            submitter: submitter.clone(),
+            environment,
+            lockout,
+            openapi: OPENAPI,
+        });
+        let admin = Arc::new(Admin {
+            submitter: submitter.clone(),
+            token: token.clone(),
+            environment,
+        });
         let shutdown = Arc::new(Notify::new());
         let (addr, admin_addr, servers) = runtime.block_on(async {
             let public = bind(config.listen).await?;
             let private = bind(config.admin_listen).await?;
-            let addr = public.local_addr().map_err(|source| StartError::Listen { addr: config.listen, source })?;
-            let admin_addr =
-                private.local_addr().map_err(|source| StartError::Listen { addr: config.admin_listen, source })?;
+            let addr = public.local_addr().map_err(|source| StartError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+            let admin_addr = private.local_addr().map_err(|source| StartError::Listen {
+                addr: config.admin_listen,
+                source,
+            })?;
             let servers = vec![
                 tokio::spawn(serve(public, rest::router(app), shutdown.clone())),
                 tokio::spawn(serve(private, admin::router(admin), shutdown.clone())),
@@ -219,10 +283,13 @@ impl Server {
     }
 
     fn stop_inner(&mut self) {
-        let Some(runtime) = self.runtime.take() else { return };
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
         self.shutdown.notify_waiters();
         for handle in self.servers.drain(..) {
-            let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), handle).await });
+            let _ = runtime
+                .block_on(async { tokio::time::timeout(Duration::from_secs(5), handle).await });
         }
         self.feed_stop.store(true, Ordering::SeqCst);
         if let Some(feed) = self.feed.take() {
@@ -241,7 +308,9 @@ impl Drop for Server {
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
-    tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Listen { addr, source })
 }
 
 async fn serve(listener: tokio::net::TcpListener, router: axum::Router, shutdown: Arc<Notify>) {

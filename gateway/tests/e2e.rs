@@ -2121,3 +2121,30 @@ fn one_account_never_reads_or_cancels_anothers_orders() {
     assert_balance(&v, b.key(), "100.00", "4.20", "95.80");
     assert_eq!(fills(&v, a.key(), "").0.len(), 1);
 }
+
+#[test]
+fn unreadable_path_segments_and_stray_query_parameters_get_the_error_shape() {
+    let v = Venue::start();
+    let t = v.trader("100.00");
+    // %FF is not UTF-8: an order id that cannot be read is no order.
+    v.get("/portfolio/orders/%FF", t.key())
+        .err(404, "ORDER_NOT_FOUND");
+    v.delete("/portfolio/orders/%FF", t.key())
+        .err(404, "ORDER_NOT_FOUND");
+    v.get("/markets/%FF", None).err(400, "BAD_REQUEST");
+    v.get("/markets/%FF/orderbook", None)
+        .err(400, "BAD_REQUEST");
+    // Endpoints that take no query parameters refuse them like the others.
+    v.get("/account?x=1", t.key()).err(400, "BAD_REQUEST");
+    v.get("/portfolio/orders/1?x=1", t.key())
+        .err(400, "BAD_REQUEST");
+    v.delete("/portfolio/orders/1?x=1", t.key())
+        .err(400, "BAD_REQUEST");
+    let market = v.open_market(SERIES_A);
+    v.post(
+        "/portfolio/orders?x=1",
+        t.key(),
+        &buy(&market, "up", "0.40", "1"),
+    )
+    .err(400, "BAD_REQUEST");
+}

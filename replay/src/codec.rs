@@ -22,7 +22,8 @@ pub fn encode(stamped: &Stamped) -> AlignedVec {
 pub fn encode_into(stamped: &Stamped, buffer: AlignedVec) -> AlignedVec {
     let mut buffer = buffer;
     buffer.clear();
-    rkyv::api::high::to_bytes_in::<_, RkyvError>(stamped, buffer).expect("encoding into memory cannot fail")
+    rkyv::api::high::to_bytes_in::<_, RkyvError>(stamped, buffer)
+        .expect("encoding into memory cannot fail")
 }
 
 /// Decodes and validates a payload. `bytes` must be 16-byte aligned, as the
@@ -36,9 +37,15 @@ pub fn decode(seq: u64, bytes: &[u8]) -> Result<Stamped, DecodeError> {
         aligned.extend_from_slice(bytes);
         rkyv::from_bytes::<Stamped, RkyvError>(&aligned)
     }
-    .map_err(|e| DecodeError { seq, reason: e.to_string() })?;
+    .map_err(|e| DecodeError {
+        seq,
+        reason: e.to_string(),
+    })?;
     if stamped.seq != seq {
-        return Err(DecodeError { seq, reason: format!("stamped seq {} differs from the record's", stamped.seq) });
+        return Err(DecodeError {
+            seq,
+            reason: format!("stamped seq {} differs from the record's", stamped.seq),
+        });
     }
     Ok(stamped)
 }
@@ -53,7 +60,11 @@ mod tests {
         let stamped = Stamped {
             seq: 7,
             ts_ms: 1_795_294_800_000,
-            command: Command::Price { symbol: "X:BTCUSD".into(), price_e8: 42, t_ms: 3 },
+            command: Command::Price {
+                symbol: "X:BTCUSD".into(),
+                price_e8: 42,
+                t_ms: 3,
+            },
         };
         let bytes = encode(&stamped);
         assert_eq!(decode(7, &bytes).unwrap(), stamped);

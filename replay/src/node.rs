@@ -92,10 +92,17 @@ impl Node {
             return Err(NodeError::Stopped(why.clone()));
         }
         let seq = self.state.last_seq + 1;
-        let stamped = Stamped { seq, ts_ms, command };
+        let stamped = Stamped {
+            seq,
+            ts_ms,
+            command,
+        };
         let buffer = std::mem::take(&mut self.buffer);
         self.buffer = codec::encode_into(&stamped, buffer);
-        if let Err(e) = self.journal.append(seq, stamped.command.kind(), &self.buffer) {
+        if let Err(e) = self
+            .journal
+            .append(seq, stamped.command.kind(), &self.buffer)
+        {
             self.failed = Some(e.to_string());
             return Err(e.into());
         }
@@ -143,7 +150,9 @@ impl Node {
     /// Writes a snapshot of the current state (after syncing the journal,
     /// so a snapshot never runs ahead of what is durable).
     pub fn snapshot(&mut self) -> Result<Option<PathBuf>, NodeError> {
-        let Some(dir) = self.snapshot_dir.clone() else { return Ok(None) };
+        let Some(dir) = self.snapshot_dir.clone() else {
+            return Ok(None);
+        };
         self.journal.sync()?;
         Ok(Some(snapshot::write(&dir, &self.state)?))
     }

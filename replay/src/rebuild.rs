@@ -55,7 +55,11 @@ pub struct ReplayOutcome {
 
 /// Replays `journal_dir`, starting from the newest valid snapshot in
 /// `snapshot_dir` (if given) that is not past `until`.
-pub fn replay(journal_dir: &Path, snapshot_dir: Option<&Path>, until: Until) -> Result<ReplayOutcome, ReplayError> {
+pub fn replay(
+    journal_dir: &Path,
+    snapshot_dir: Option<&Path>,
+    until: Until,
+) -> Result<ReplayOutcome, ReplayError> {
     replay_with(journal_dir, snapshot_dir, until, |_, _| {})
 }
 
@@ -76,7 +80,10 @@ pub fn replay_with(
     let mut applied = 0;
     while let Some(record) = reader.next()? {
         if record.seq != state.last_seq + 1 {
-            return Err(ReplayError::Gap { expected: state.last_seq + 1, first: record.seq });
+            return Err(ReplayError::Gap {
+                expected: state.last_seq + 1,
+                first: record.seq,
+            });
         }
         let stamped = decode(record.seq, record.payload)?;
         if !until.admits(stamped.seq, stamped.ts_ms) {
@@ -95,8 +102,13 @@ pub fn replay_with(
     })
 }
 
-fn start_state(snapshot_dir: Option<&Path>, until: Until) -> (Option<State>, Vec<snapshot::SnapshotError>) {
-    let Some(dir) = snapshot_dir else { return (None, Vec::new()) };
+fn start_state(
+    snapshot_dir: Option<&Path>,
+    until: Until,
+) -> (Option<State>, Vec<snapshot::SnapshotError>) {
+    let Some(dir) = snapshot_dir else {
+        return (None, Vec::new());
+    };
     match until {
         Until::End => snapshot::newest(dir, u64::MAX),
         Until::Seq(seq) => snapshot::newest(dir, seq),

@@ -21,7 +21,10 @@ const HEADER_LEN: usize = 32;
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     #[error("snapshot {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("snapshot {path} is damaged: {reason}")]
     Damaged { path: PathBuf, reason: String },
 }
@@ -61,34 +64,57 @@ pub fn write(dir: &Path, state: &State) -> Result<PathBuf, SnapshotError> {
 
 /// Reads and checks one snapshot file.
 pub fn load(path: &Path) -> Result<State, SnapshotError> {
-    let damaged = |reason: String| SnapshotError::Damaged { path: path.to_path_buf(), reason };
-    let bytes = fs::read(path).map_err(|source| SnapshotError::Io { path: path.to_path_buf(), source })?;
+    let damaged = |reason: String| SnapshotError::Damaged {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bytes = fs::read(path).map_err(|source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
         return Err(damaged("no snapshot header".into()));
     }
-    let word = |range: std::ops::Range<usize>| bytes[range].iter().rev().fold(0u64, |n, &b| (n << 8) | u64::from(b));
+    let word = |range: std::ops::Range<usize>| {
+        bytes[range]
+            .iter()
+            .rev()
+            .fold(0u64, |n, &b| (n << 8) | u64::from(b))
+    };
     if word(8..12) != u64::from(VERSION) {
-        return Err(damaged(format!("format version {} is not {VERSION}", word(8..12))));
+        return Err(damaged(format!(
+            "format version {} is not {VERSION}",
+            word(8..12)
+        )));
     }
     let (crc, seq, len) = (word(12..16) as u32, word(16..24), word(24..32));
     if len != (bytes.len() - HEADER_LEN) as u64 {
-        return Err(damaged(format!("payload is {} bytes, header says {len}", bytes.len() - HEADER_LEN)));
+        return Err(damaged(format!(
+            "payload is {} bytes, header says {len}",
+            bytes.len() - HEADER_LEN
+        )));
     }
     let mut payload = AlignedVec::<16>::with_capacity(len as usize);
     payload.extend_from_slice(&bytes[HEADER_LEN..]);
     if crc32fast::hash(&payload) != crc {
         return Err(damaged("checksum mismatch".into()));
     }
-    let state = rkyv::from_bytes::<State, RkyvError>(&payload).map_err(|e| damaged(e.to_string()))?;
+    let state =
+        rkyv::from_bytes::<State, RkyvError>(&payload).map_err(|e| damaged(e.to_string()))?;
     if state.last_seq != seq {
-        return Err(damaged(format!("holds seq {}, header says {seq}", state.last_seq)));
+        return Err(damaged(format!(
+            "holds seq {}, header says {seq}",
+            state.last_seq
+        )));
     }
     Ok(state)
 }
 
 /// Snapshot files in `dir` with their seq, newest first.
 pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
-    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
     let mut found: Vec<(u64, PathBuf)> = entries
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -97,7 +123,7 @@ pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
             Some((seq, e.path()))
         })
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|entry| std::cmp::Reverse(entry.0));
     found
 }
 

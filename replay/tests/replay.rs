@@ -31,7 +31,11 @@ fn node_config(dir: &Path) -> NodeConfig {
     let mut journal = JournalConfig::new(dir.join("journal"));
     journal.segment_bytes = 64 * 1024;
     journal.durability = Durability::GroupCommit;
-    NodeConfig { journal, snapshot_dir: Some(dir.join("snapshots")), venue: VenueConfig::default() }
+    NodeConfig {
+        journal,
+        snapshot_dir: Some(dir.join("snapshots")),
+        venue: VenueConfig::default(),
+    }
 }
 
 /// Runs the scenario through a node; returns the live state.
@@ -58,7 +62,10 @@ fn replay_rebuilds_the_same_state_and_event_hashes() {
     assert!(commands.len() > 100);
     let live = run_live(dir.path(), &commands, None);
     assert!(live.fills.len() > 5, "the scenario trades");
-    assert!(live.markets.iter().any(|m| m.result.is_some()), "the scenario settles a window");
+    assert!(
+        live.markets.iter().any(|m| m.result.is_some()),
+        "the scenario settles a window"
+    );
     let replayed = replay(&dir.path().join("journal"), None, Until::End).unwrap();
     assert_eq!(replayed.applied, live.last_seq);
     assert_eq!(replayed.state.state_hash(), live.state_hash());
@@ -74,7 +81,12 @@ fn a_snapshot_plus_the_tail_gives_the_identical_state() {
     let live = run_live(dir.path(), &commands, Some(commands.len() / 2));
     let snaps = snapshot::list(&dir.path().join("snapshots"));
     assert_eq!(snaps.len(), 1);
-    let from_snapshot = replay(&dir.path().join("journal"), Some(&dir.path().join("snapshots")), Until::End).unwrap();
+    let from_snapshot = replay(
+        &dir.path().join("journal"),
+        Some(&dir.path().join("snapshots")),
+        Until::End,
+    )
+    .unwrap();
     assert_eq!(from_snapshot.from_snapshot, Some(snaps[0].0));
     assert!(from_snapshot.applied < live.last_seq);
     assert_eq!(from_snapshot.state.state_hash(), live.state_hash());
@@ -117,8 +129,18 @@ fn a_damaged_snapshot_is_skipped_for_an_older_one_or_the_journal() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x40;
     std::fs::write(&newest, bytes).unwrap();
-    let outcome = replay(&dir.path().join("journal"), Some(&dir.path().join("snapshots")), Until::End).unwrap();
-    assert_eq!(outcome.skipped_snapshots.len(), 1, "{:?}", outcome.skipped_snapshots);
+    let outcome = replay(
+        &dir.path().join("journal"),
+        Some(&dir.path().join("snapshots")),
+        Until::End,
+    )
+    .unwrap();
+    assert_eq!(
+        outcome.skipped_snapshots.len(),
+        1,
+        "{:?}",
+        outcome.skipped_snapshots
+    );
     assert!(outcome.skipped_snapshots[0].contains("checksum"));
     assert_eq!(outcome.from_snapshot, Some(12));
     assert_eq!(outcome.state.state_hash(), live.state_hash());
@@ -167,13 +189,25 @@ fn cutting_the_journal_inside_its_last_record_recovers_the_records_before_it() {
         std::fs::create_dir_all(copy.path().join("journal")).unwrap();
         let mut bytes = whole.clone();
         bytes[cut..after_len].fill(0);
-        std::fs::write(copy.path().join("journal").join(segment.file_name().unwrap()), &bytes).unwrap();
+        std::fs::write(
+            copy.path()
+                .join("journal")
+                .join(segment.file_name().unwrap()),
+            &bytes,
+        )
+        .unwrap();
         let (node, _) = Node::open(node_config(copy.path()), T0).unwrap();
         assert_eq!(node.state(), &before, "cut at byte {cut}");
     }
     let copy = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(copy.path().join("journal")).unwrap();
-    std::fs::write(copy.path().join("journal").join(segment.file_name().unwrap()), &whole).unwrap();
+    std::fs::write(
+        copy.path()
+            .join("journal")
+            .join(segment.file_name().unwrap()),
+        &whole,
+    )
+    .unwrap();
     let (node, _) = Node::open(node_config(copy.path()), T0).unwrap();
     assert_eq!(node.state(), &after);
 }
@@ -183,26 +217,57 @@ fn a_journal_from_a_tick_only_stream_replays_window_transitions_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let (mut node, _) = Node::open(node_config(dir.path()), T0).unwrap();
     let series = tests::harness::Venue::new().log[2].command.clone();
-    node.submit(T0, Command::Price { symbol: "X:BTCUSD".into(), price_e8: 1, t_ms: T0 }).unwrap();
+    node.submit(
+        T0,
+        Command::Price {
+            symbol: "X:BTCUSD".into(),
+            price_e8: 1,
+            t_ms: T0,
+        },
+    )
+    .unwrap();
     node.submit(T0, series).unwrap();
     for i in 1..=300u64 {
         let now = T0 + i * 1_000;
         node.submit(now, Command::Tick).unwrap();
         if i % 10 == 0 {
-            node.submit(now, Command::Price { symbol: "X:BTCUSD".into(), price_e8: i as i64, t_ms: now }).unwrap();
+            node.submit(
+                now,
+                Command::Price {
+                    symbol: "X:BTCUSD".into(),
+                    price_e8: i as i64,
+                    t_ms: now,
+                },
+            )
+            .unwrap();
         }
     }
     node.commit().unwrap();
-    let settled = node.state().markets.iter().filter(|m| m.result.is_some()).count();
-    assert!(settled >= 4, "windows settle on ticks and prints alone: {settled}");
+    let settled = node
+        .state()
+        .markets
+        .iter()
+        .filter(|m| m.result.is_some())
+        .count();
+    assert!(
+        settled >= 4,
+        "windows settle on ticks and prints alone: {settled}"
+    );
     let replayed = replay(&dir.path().join("journal"), None, Until::End).unwrap();
     assert_eq!(&replayed.state, node.state());
 }
 
 fn single_segment(dir: &Path) -> std::path::PathBuf {
-    let mut segments: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut segments: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     segments.retain(|p| p.extension().is_some_and(|e| e == "seg"));
-    assert_eq!(segments.len(), 1, "the test journal fits one segment: {segments:?}");
+    assert_eq!(
+        segments.len(),
+        1,
+        "the test journal fits one segment: {segments:?}"
+    );
     segments.pop().unwrap()
 }
 

@@ -17,7 +17,10 @@ pub enum KeyRefusal {
     Revoked,
     Expired,
     /// A key of the other environment.
-    WrongEnvironment { key: Environment, server: Environment },
+    WrongEnvironment {
+        key: Environment,
+        server: Environment,
+    },
     IpNotAllowed,
     Suspended,
 }
@@ -57,7 +60,10 @@ pub fn check_key(
         return Err(KeyRefusal::Expired);
     }
     if key.environment != server {
-        return Err(KeyRefusal::WrongEnvironment { key: key.environment, server });
+        return Err(KeyRefusal::WrongEnvironment {
+            key: key.environment,
+            server,
+        });
     }
     if let Some(ip) = ip {
         if !ip_allowed(&key.ip_allowlist, ip) {
@@ -78,5 +84,8 @@ pub fn ip_allowed(allowlist: &[String], ip: IpAddr) -> bool {
         v4 => v4,
     };
     allowlist.is_empty()
-        || allowlist.iter().filter_map(|a| a.parse::<IpAddr>().ok()).any(|a| canonical(a) == canonical(ip))
+        || allowlist
+            .iter()
+            .filter_map(|a| a.parse::<IpAddr>().ok())
+            .any(|a| canonical(a) == canonical(ip))
 }

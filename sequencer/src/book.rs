@@ -33,7 +33,11 @@ pub struct Level {
     pub total: u64,
 }
 
-const EMPTY_LEVEL: Level = Level { head: NIL, tail: NIL, total: 0 };
+const EMPTY_LEVEL: Level = Level {
+    head: NIL,
+    tail: NIL,
+    total: 0,
+};
 const LEVELS: usize = PRICE_CENTS_MAX as usize + 1;
 
 /// One bid side.
@@ -46,7 +50,10 @@ pub struct Side {
 
 impl Default for Side {
     fn default() -> Self {
-        Self { levels: [EMPTY_LEVEL; LEVELS], occupied: [0; 2] }
+        Self {
+            levels: [EMPTY_LEVEL; LEVELS],
+            occupied: [0; 2],
+        }
     }
 }
 
@@ -74,8 +81,16 @@ impl Side {
     /// Highest price with orders strictly below `price`.
     pub fn next_below(&self, price: PriceCents) -> Option<PriceCents> {
         let p = u32::from(price);
-        let low = if p >= 64 { self.occupied[0] } else { self.occupied[0] & ((1u64 << p) - 1) };
-        let high = if p > 64 { self.occupied[1] & ((1u64 << (p - 64)) - 1) } else { 0 };
+        let low = if p >= 64 {
+            self.occupied[0]
+        } else {
+            self.occupied[0] & ((1u64 << p) - 1)
+        };
+        let high = if p > 64 {
+            self.occupied[1] & ((1u64 << (p - 64)) - 1)
+        } else {
+            0
+        };
         if high != 0 {
             return Some((127 - high.leading_zeros()) as PriceCents);
         }
@@ -138,10 +153,23 @@ impl Book {
     }
 
     /// Appends an order at the back of its level; returns its node index.
-    pub fn push(&mut self, outcome: Outcome, price: PriceCents, order: OrderId, account: AccountId, count: u32) -> u32 {
+    pub fn push(
+        &mut self,
+        outcome: Outcome,
+        price: PriceCents,
+        order: OrderId,
+        account: AccountId,
+        count: u32,
+    ) -> u32 {
         assert!(count > 0, "a resting order holds contracts");
         assert!(crate::types::price_in_range(price));
-        let node = Node { order, account, remaining: count, prev: NIL, next: NIL };
+        let node = Node {
+            order,
+            account,
+            remaining: count,
+            prev: NIL,
+            next: NIL,
+        };
         let index = match self.free.pop() {
             Some(index) => {
                 self.nodes[index as usize] = node;
@@ -286,7 +314,10 @@ mod tests {
         book.push(Outcome::Up, 55, 3, 2, 2);
         let mut buf = [0u8; 512];
         let len = book.checksum_text(&mut buf);
-        assert_eq!(std::str::from_utf8(&buf[..len]).unwrap(), "up:0.55:12,0.54:5|down:");
+        assert_eq!(
+            std::str::from_utf8(&buf[..len]).unwrap(),
+            "up:0.55:12,0.54:5|down:"
+        );
         assert_eq!(book.checksum(), crc32fast::hash(b"up:0.55:12,0.54:5|down:"));
         let empty = Book::default();
         assert_eq!(empty.checksum(), crc32fast::hash(b"up:|down:"));
@@ -300,7 +331,8 @@ mod tests {
         }
         let mut buf = [0u8; 512];
         let len = book.checksum_text(&mut buf);
-        let expected = "up:|down:0.12:1,0.11:1,0.10:1,0.09:1,0.08:1,0.07:1,0.06:1,0.05:1,0.04:1,0.03:1";
+        let expected =
+            "up:|down:0.12:1,0.11:1,0.10:1,0.09:1,0.08:1,0.07:1,0.06:1,0.05:1,0.04:1,0.03:1";
         assert_eq!(std::str::from_utf8(&buf[..len]).unwrap(), expected);
     }
 

@@ -31,8 +31,10 @@ pub fn market_ticker(series: &str, open_ts_ms: TsMs, close_ts_ms: TsMs) -> Strin
     };
     let (oh, om) = hhmm(open_ts_ms);
     let (ch, cm) = hhmm(close_ts_ms);
-    let mut ticker =
-        format!("{series}-{:02}{month:02}{day:02}-{oh:02}{om:02}-{ch:02}{cm:02}", year.rem_euclid(100));
+    let mut ticker = format!(
+        "{series}-{:02}{month:02}{day:02}-{oh:02}{om:02}-{ch:02}{cm:02}",
+        year.rem_euclid(100)
+    );
     let days_later = close_day - open_day;
     if days_later > 0 {
         ticker.push_str(&format!("d{days_later}"));
@@ -55,9 +57,18 @@ mod tests {
     fn tickers_follow_the_pattern() {
         // 2026-11-21 21:00 UTC.
         let open = 1_795_294_800_000;
-        assert_eq!(market_ticker("btc-15m", open, open + 900_000), "btc-15m-261121-2100-2115");
-        assert_eq!(market_ticker("btc-1d", open, open + DAY_MS), "btc-1d-261121-2100-2100d1");
+        assert_eq!(
+            market_ticker("btc-15m", open, open + 900_000),
+            "btc-15m-261121-2100-2115"
+        );
+        assert_eq!(
+            market_ticker("btc-1d", open, open + DAY_MS),
+            "btc-1d-261121-2100-2100d1"
+        );
         let midnight = open + 3 * 3_600_000;
-        assert_eq!(market_ticker("x", midnight - 900_000, midnight), "x-261121-2345-0000d1");
+        assert_eq!(
+            market_ticker("x", midnight - 900_000, midnight),
+            "x-261121-2345-0000d1"
+        );
     }
 }

@@ -35,7 +35,11 @@ pub struct VenueConfig {
 
 impl Default for VenueConfig {
     fn default() -> Self {
-        Self { environment: Environment::Test, practice_book_open: true, account_risk_cap_cents: 100_000_00 }
+        Self {
+            environment: Environment::Test,
+            practice_book_open: true,
+            account_risk_cap_cents: 10_000_000,
+        }
     }
 }
 
@@ -126,7 +130,11 @@ pub enum Command {
     /// Time passes; windows open, close and settle on it.
     Tick,
     /// An underlying print. `price_e8` is the price times 10^8.
-    Price { symbol: String, price_e8: i64, t_ms: TsMs },
+    Price {
+        symbol: String,
+        price_e8: i64,
+        t_ms: TsMs,
+    },
     /// Sets the venue-wide configuration.
     Configure(VenueConfig),
     /// Adds a series; its windows are listed from the current one on.
@@ -138,9 +146,16 @@ pub enum Command {
     /// Takes cash out, only from buying power.
     Withdraw { account: AccountId, cents: Cents },
     /// Sets or clears an account flag.
-    SetAccountFlag { account: AccountId, flag: AccountFlag, value: bool },
+    SetAccountFlag {
+        account: AccountId,
+        flag: AccountFlag,
+        value: bool,
+    },
     /// Sets an account's at-risk cap; `None` returns to the venue default.
-    SetAccountRiskCap { account: AccountId, cents: Option<Cents> },
+    SetAccountRiskCap {
+        account: AccountId,
+        cents: Option<Cents>,
+    },
     /// Issues a key.
     IssueKey(NewKey),
     /// Revokes a key at once.
@@ -156,7 +171,11 @@ pub enum Command {
     /// Cancels one order of the key's account.
     CancelOrder { key: KeyIdx, order_id: OrderId },
     /// Cancels the account's resting orders, optionally narrowed.
-    CancelAll { key: KeyIdx, market: Option<String>, series: Option<String> },
+    CancelAll {
+        key: KeyIdx,
+        market: Option<String>,
+        series: Option<String>,
+    },
 }
 
 impl Command {

@@ -14,12 +14,12 @@ use crate::hash::StableHasher;
 use crate::limits::*;
 use crate::reply::{ErrorCode, Reject, Reply};
 use crate::state::{
-    position_key, Account, ClientKey, Fill, Key, Market, Order, Pause, Position, Series, State, SymbolPrices,
+    position_key, Account, ClientKey, Fill, Key, Market, Order, Pause, Position, Series, State,
     Trade,
 };
 use crate::types::{
-    flip, price_in_range, AccountId, Action, Cents, KeyIdx, KeyLimits, MarketId, MarketStatus, OrderId,
-    OrderStatus, Outcome, PriceCents, TimeInForce,
+    flip, price_in_range, AccountId, Action, Cents, KeyIdx, KeyLimits, MarketId, MarketStatus,
+    OrderId, OrderStatus, Outcome, PriceCents, TimeInForce,
 };
 use crate::validate::{is_key_id, is_market_ticker, is_series_ticker, is_symbol};
 use crate::wire::dollars;
@@ -42,7 +42,12 @@ impl State {
     /// Applies one stamped command. Events are appended to `events` in the
     /// order the changes happened; the reply is for the caller.
     pub fn apply(&mut self, stamped: &Stamped, events: &mut Vec<Event>) -> Reply {
-        assert!(stamped.seq > self.last_seq, "seq {} after {}: the input must stamp in order", stamped.seq, self.last_seq);
+        assert!(
+            stamped.seq > self.last_seq,
+            "seq {} after {}: the input must stamp in order",
+            stamped.seq,
+            self.last_seq
+        );
         let first_event = events.len();
         self.last_seq = stamped.seq;
         // Time never goes backwards inside the venue, whatever the stamp says.
@@ -61,13 +66,21 @@ impl State {
     fn dispatch(&mut self, command: &Command, events: &mut Vec<Event>) -> Reply {
         match command {
             Command::Tick => Reply::Ok,
-            Command::Price { symbol, price_e8, t_ms } => self.price(symbol, *price_e8, *t_ms, events),
+            Command::Price {
+                symbol,
+                price_e8,
+                t_ms,
+            } => self.price(symbol, *price_e8, *t_ms, events),
             Command::Configure(config) => self.configure(config),
             Command::CreateSeries(config) => self.create_series(config, events),
             Command::CreateAccount => self.create_account(),
             Command::Deposit { account, cents } => self.deposit(*account, *cents, events),
             Command::Withdraw { account, cents } => self.withdraw(*account, *cents, events),
-            Command::SetAccountFlag { account, flag, value } => self.set_flag(*account, *flag, *value, events),
+            Command::SetAccountFlag {
+                account,
+                flag,
+                value,
+            } => self.set_flag(*account, *flag, *value, events),
             Command::SetAccountRiskCap { account, cents } => self.set_risk_cap(*account, *cents),
             Command::IssueKey(new_key) => self.issue_key(new_key, events),
             Command::RevokeKey { key_id } => self.revoke_key(key_id, events),
@@ -75,14 +88,19 @@ impl State {
             Command::PauseTrading { until_ts_ms } => self.pause_trading(*until_ts_ms, events),
             Command::ResumeTrading => {
                 self.pause = None;
-                events.push(Event::Trading { paused: false, until_ts_ms: None });
+                events.push(Event::Trading {
+                    paused: false,
+                    until_ts_ms: None,
+                });
                 Reply::Ok
             }
             Command::PlaceOrder { key, order } => self.place_order(*key, order, events),
             Command::CancelOrder { key, order_id } => self.cancel_order(*key, *order_id, events),
-            Command::CancelAll { key, market, series } => {
-                self.cancel_all(*key, market.as_deref(), series.as_deref(), events)
-            }
+            Command::CancelAll {
+                key,
+                market,
+                series,
+            } => self.cancel_all(*key, market.as_deref(), series.as_deref(), events),
         }
     }
 
@@ -91,15 +109,21 @@ impl State {
     /// The key behind a command, if it may act and has the permission.
     fn authorize(&self, idx: KeyIdx, need: Need) -> Result<&Key, Reject> {
         let unauthorized = |r: KeyRefusal| Reject::new(ErrorCode::Unauthorized, r.message());
-        let key = self.key(idx).ok_or_else(|| unauthorized(KeyRefusal::Invalid))?;
+        let key = self
+            .key(idx)
+            .ok_or_else(|| unauthorized(KeyRefusal::Invalid))?;
         let suspended = self.account(key.account).is_none_or(|a| a.suspended);
-        check_key(key, suspended, self.now_ms, self.config.environment, None).map_err(unauthorized)?;
+        check_key(key, suspended, self.now_ms, self.config.environment, None)
+            .map_err(unauthorized)?;
         let (allowed, name) = match need {
             Need::Read => (key.scopes.read || key.scopes.trade, "read"),
             Need::Trade => (key.scopes.trade, "trade"),
         };
         if !allowed {
-            return Err(Reject::new(ErrorCode::Forbidden, format!("This API key lacks the {name} permission.")));
+            return Err(Reject::new(
+                ErrorCode::Forbidden,
+                format!("This API key lacks the {name} permission."),
+            ));
         }
         Ok(key)
     }
@@ -135,7 +159,8 @@ impl State {
     /// The earliest time a listing, opening or closing falls due.
     fn compute_next_due(&self) -> u64 {
         let listing = self.series.iter().map(|s| {
-            s.next_open_ts_ms.saturating_sub(u64::from(s.config.list_ahead) * s.config.window_ms)
+            s.next_open_ts_ms
+                .saturating_sub(u64::from(s.config.list_ahead) * s.config.window_ms)
         });
         let markets = self.active_markets.iter().filter_map(|&id| {
             let m = &self.markets[id as usize];
@@ -164,7 +189,11 @@ impl State {
             let ticker = market_ticker(&s.config.ticker, open, close);
             let id = self.markets.len() as MarketId;
             s.markets.push(id);
-            events.push(Event::MarketListed { market: id, ticker: ticker.clone(), series: s.config.ticker.clone() });
+            events.push(Event::MarketListed {
+                market: id,
+                ticker: ticker.clone(),
+                series: s.config.ticker.clone(),
+            });
             self.market_ids.insert(ticker.clone(), id);
             self.markets.push(Market {
                 id,
@@ -195,17 +224,30 @@ impl State {
             let m = &self.markets[id as usize];
             (m.status, m.open_ts_ms, m.close_ts_ms)
         };
-        let symbol = self.series_of(&self.markets[id as usize]).config.symbol.clone();
+        let symbol = self
+            .series_of(&self.markets[id as usize])
+            .config
+            .symbol
+            .clone();
         let prints = self.prices.get(&symbol);
         if status == MarketStatus::Scheduled && now >= open_ts && now < close_ts {
             // DESIGN §2: the last print at or before the open; when the venue
             // has none, the first print after it (a late open, documented).
-            let beat = prints.and_then(|p| p.last_at_or_before(open_ts).or_else(|| p.first_after(open_ts)));
+            let beat = prints.and_then(|p| {
+                p.last_at_or_before(open_ts)
+                    .or_else(|| p.first_after(open_ts))
+            });
             if let Some(beat) = beat {
                 let m = &mut self.markets[id as usize];
                 m.status = MarketStatus::Open;
                 m.price_to_beat_e8 = Some(beat);
-                events.push(Event::Lifecycle { market: id, phase: Phase::Open { price_to_beat_e8: Some(beat) }, ts_ms: now });
+                events.push(Event::Lifecycle {
+                    market: id,
+                    phase: Phase::Open {
+                        price_to_beat_e8: Some(beat),
+                    },
+                    ts_ms: now,
+                });
             }
         }
         let status = self.markets[id as usize].status;
@@ -213,7 +255,10 @@ impl State {
             self.close_market(id, events);
         }
         if self.markets[id as usize].status == MarketStatus::Closed {
-            let settle = self.prices.get(&symbol).and_then(|p| p.first_at_or_after(close_ts));
+            let settle = self
+                .prices
+                .get(&symbol)
+                .and_then(|p| p.first_at_or_after(close_ts));
             if let Some(price) = settle {
                 self.settle_market(id, price, events);
             }
@@ -228,7 +273,11 @@ impl State {
         let m = &mut self.markets[id as usize];
         debug_assert_eq!(m.book.resting_orders(), 0);
         m.status = MarketStatus::Closed;
-        events.push(Event::Lifecycle { market: id, phase: Phase::Closed, ts_ms: self.now_ms });
+        events.push(Event::Lifecycle {
+            market: id,
+            phase: Phase::Closed,
+            ts_ms: self.now_ms,
+        });
     }
 
     /// Orders resting in a market, oldest level first on each side.
@@ -236,7 +285,8 @@ impl State {
         let book = &self.markets[id as usize].book;
         let mut out = Vec::with_capacity(book.resting_orders() as usize);
         for outcome in [Outcome::Up, Outcome::Down] {
-            let prices: Vec<PriceCents> = book.side(outcome).top(usize::MAX).map(|(p, _)| p).collect();
+            let prices: Vec<PriceCents> =
+                book.side(outcome).top(usize::MAX).map(|(p, _)| p).collect();
             for price in prices {
                 let mut node = book.head(outcome, price);
                 while node != NIL {
@@ -254,11 +304,19 @@ impl State {
             let m = &self.markets[id as usize];
             (m.price_to_beat_e8, m.pairs)
         };
-        let result = beat.map(|beat| if settlement >= beat { Outcome::Up } else { Outcome::Down });
+        let result = beat.map(|beat| {
+            if settlement >= beat {
+                Outcome::Up
+            } else {
+                Outcome::Down
+            }
+        });
         let mut paid: Cents = 0;
         for account in &mut self.accounts {
             for outcome in [Outcome::Up, Outcome::Down] {
-                let Some(position) = account.positions.remove(&position_key(id, outcome)) else { continue };
+                let Some(position) = account.positions.remove(&position_key(id, outcome)) else {
+                    continue;
+                };
                 debug_assert_eq!(position.committed, 0, "no sell rests after the close");
                 account.position_cost -= position.cost;
                 if result == Some(outcome) {
@@ -266,12 +324,25 @@ impl State {
                     account.cash += payout;
                     paid += payout;
                 }
-                events.push(Event::Position { account: account.id, market: id, outcome, count: 0, cost: 0 });
-                events.push(Event::Balance { account: account.id, cash: account.cash, held: account.held });
+                events.push(Event::Position {
+                    account: account.id,
+                    market: id,
+                    outcome,
+                    count: 0,
+                    cost: 0,
+                });
+                events.push(Event::Balance {
+                    account: account.id,
+                    cash: account.cash,
+                    held: account.held,
+                });
             }
         }
         // Every pair minted pays exactly one winning contract.
-        assert!(result.is_none() || paid == pairs as Cents * PAYOUT_CENTS, "payout equals collateral");
+        assert!(
+            result.is_none() || paid == pairs as Cents * PAYOUT_CENTS,
+            "payout equals collateral"
+        );
         self.ledger.payouts += paid;
         let m = &mut self.markets[id as usize];
         m.pairs = 0;
@@ -282,14 +353,20 @@ impl State {
         m.settled_ts_ms = Some(now);
         events.push(Event::Lifecycle {
             market: id,
-            phase: Phase::Settled { result, settlement_price_e8: Some(settlement) },
+            phase: Phase::Settled {
+                result,
+                settlement_price_e8: Some(settlement),
+            },
             ts_ms: now,
         });
     }
 
     fn price(&mut self, symbol: &str, price_e8: i64, t_ms: u64, events: &mut Vec<Event>) -> Reply {
         if !is_symbol(symbol) {
-            return Reply::reject(ErrorCode::BadRequest, "symbol must be upper case, such as AAPL or X:BTCUSD");
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                "symbol must be upper case, such as AAPL or X:BTCUSD",
+            );
         }
         if price_e8 <= 0 {
             return Reply::reject(ErrorCode::BadRequest, "price must be positive");
@@ -297,15 +374,22 @@ impl State {
         if t_ms > TS_MS_MAX {
             return Reply::reject(ErrorCode::BadRequest, "t_ms is out of range");
         }
-        let prints = self.prices.entry(symbol.to_string()).or_insert_with(SymbolPrices::default);
+        let prints = self.prices.entry(symbol.to_string()).or_default();
         if prints.latest().is_some_and(|(last, _)| t_ms < last) {
-            return Reply::reject(ErrorCode::BadRequest, "t_ms is before the symbol's last print");
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                "t_ms is before the symbol's last print",
+            );
         }
         prints.prints.push((t_ms, price_e8));
         if prints.prints.len() > 2 * PRICE_HISTORY_PER_SYMBOL_MAX {
             prints.prints.drain(..PRICE_HISTORY_PER_SYMBOL_MAX);
         }
-        events.push(Event::Price { symbol: symbol.to_string(), price_e8, t_ms });
+        events.push(Event::Price {
+            symbol: symbol.to_string(),
+            price_e8,
+            t_ms,
+        });
         // Markets waiting for a first print or a settlement print may move.
         let waiting: Vec<MarketId> = self
             .active_markets
@@ -324,7 +408,8 @@ impl State {
         for id in waiting {
             self.step_market(id, events);
         }
-        self.active_markets.retain(|&id| self.markets[id as usize].status != MarketStatus::Settled);
+        self.active_markets
+            .retain(|&id| self.markets[id as usize].status != MarketStatus::Settled);
         self.next_due_ts_ms = self.compute_next_due();
         Reply::Ok
     }
@@ -344,11 +429,19 @@ impl State {
             return reject.into();
         }
         if self.series_ids.contains_key(&config.ticker) {
-            return Reply::reject(ErrorCode::BadRequest, format!("series {} already exists", config.ticker));
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                format!("series {} already exists", config.ticker),
+            );
         }
         let id = self.series.len() as u32;
         self.series_ids.insert(config.ticker.clone(), id);
-        self.series.push(Series { id, config: config.clone(), next_open_ts_ms: 0, markets: Vec::new() });
+        self.series.push(Series {
+            id,
+            config: config.clone(),
+            next_open_ts_ms: 0,
+            markets: Vec::new(),
+        });
         self.next_due_ts_ms = 0;
         self.advance_time(events);
         Reply::Ok
@@ -375,7 +468,8 @@ impl State {
     }
 
     fn known_account(&self, id: AccountId) -> Result<&Account, Reject> {
-        self.account(id).ok_or_else(|| Reject::new(ErrorCode::NotFound, format!("account {id} does not exist")))
+        self.account(id)
+            .ok_or_else(|| Reject::new(ErrorCode::NotFound, format!("account {id} does not exist")))
     }
 
     fn deposit(&mut self, id: AccountId, cents: Cents, events: &mut Vec<Event>) -> Reply {
@@ -383,16 +477,26 @@ impl State {
             return reject.into();
         }
         if !(1..=MONEY_CENTS_MAX).contains(&cents) {
-            return Reply::reject(ErrorCode::BadRequest, "amount must be positive and at most $10,000,000,000");
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                "amount must be positive and at most $10,000,000,000",
+            );
         }
         let account = self.account_mut(id).expect("checked");
         if account.cash + cents > MONEY_CENTS_MAX {
-            return Reply::reject(ErrorCode::LimitExceeded, "the account would hold more than $10,000,000,000");
+            return Reply::reject(
+                ErrorCode::LimitExceeded,
+                "the account would hold more than $10,000,000,000",
+            );
         }
         account.cash += cents;
         let (cash, held) = (account.cash, account.held);
         self.ledger.deposits += cents;
-        events.push(Event::Balance { account: id, cash, held });
+        events.push(Event::Balance {
+            account: id,
+            cash,
+            held,
+        });
         Reply::Ok
     }
 
@@ -402,23 +506,40 @@ impl State {
             Err(reject) => return reject.into(),
         };
         if !(1..=MONEY_CENTS_MAX).contains(&cents) {
-            return Reply::reject(ErrorCode::BadRequest, "amount must be positive and at most $10,000,000,000");
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                "amount must be positive and at most $10,000,000,000",
+            );
         }
         if cents > account.buying_power() {
             return Reply::reject(
                 ErrorCode::InsufficientBalance,
-                format!("withdrawal of ${} exceeds buying power of ${}", dollars(cents), dollars(account.buying_power())),
+                format!(
+                    "withdrawal of ${} exceeds buying power of ${}",
+                    dollars(cents),
+                    dollars(account.buying_power())
+                ),
             );
         }
         let account = self.account_mut(id).expect("checked");
         account.cash -= cents;
         let (cash, held) = (account.cash, account.held);
         self.ledger.withdrawals += cents;
-        events.push(Event::Balance { account: id, cash, held });
+        events.push(Event::Balance {
+            account: id,
+            cash,
+            held,
+        });
         Reply::Ok
     }
 
-    fn set_flag(&mut self, id: AccountId, flag: AccountFlag, value: bool, events: &mut Vec<Event>) -> Reply {
+    fn set_flag(
+        &mut self,
+        id: AccountId,
+        flag: AccountFlag,
+        value: bool,
+        events: &mut Vec<Event>,
+    ) -> Reply {
         let Some(account) = self.account_mut(id) else {
             return Reply::reject(ErrorCode::NotFound, format!("account {id} does not exist"));
         };
@@ -455,12 +576,18 @@ impl State {
             return reject.into();
         }
         if self.key_ids.contains_key(&new.key_id) {
-            return Reply::reject(ErrorCode::BadRequest, format!("key_id {} is already taken", new.key_id));
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                format!("key_id {} is already taken", new.key_id),
+            );
         }
         if self.active_keys(new.account) >= KEYS_ACTIVE_PER_ACCOUNT_MAX {
             return Reply::reject(
                 ErrorCode::LimitExceeded,
-                format!("account {} already has {KEYS_ACTIVE_PER_ACCOUNT_MAX} active keys", new.account),
+                format!(
+                    "account {} already has {KEYS_ACTIVE_PER_ACCOUNT_MAX} active keys",
+                    new.account
+                ),
             );
         }
         let idx = self.keys.len() as KeyIdx;
@@ -475,7 +602,9 @@ impl State {
             limits: effective_limits(&new.limits, new.scopes.trade),
             ip_allowlist: new.ip_allowlist.clone(),
             created_ts_ms: self.now_ms,
-            expires_ts_ms: new.expires_days.map(|d| self.now_ms + u64::from(d) * DAY_MS),
+            expires_ts_ms: new
+                .expires_days
+                .map(|d| self.now_ms + u64::from(d) * DAY_MS),
             revoked_ts_ms: None,
             day: self.now_ms / DAY_MS,
             day_used_cents: 0,
@@ -509,7 +638,12 @@ impl State {
         Reply::Ok
     }
 
-    fn set_key_limits(&mut self, key_id: &str, limits: &KeyLimits, events: &mut Vec<Event>) -> Reply {
+    fn set_key_limits(
+        &mut self,
+        key_id: &str,
+        limits: &KeyLimits,
+        events: &mut Vec<Event>,
+    ) -> Reply {
         let idx = match self.key_idx(key_id) {
             Ok(idx) => idx,
             Err(reject) => return reject.into(),
@@ -527,8 +661,14 @@ impl State {
         if until.is_some_and(|u| u <= self.now_ms || u > TS_MS_MAX) {
             return Reply::reject(ErrorCode::BadRequest, "until must be a time in the future");
         }
-        self.pause = Some(Pause { since_ts_ms: self.now_ms, until_ts_ms: until });
-        events.push(Event::Trading { paused: true, until_ts_ms: until });
+        self.pause = Some(Pause {
+            since_ts_ms: self.now_ms,
+            until_ts_ms: until,
+        });
+        events.push(Event::Trading {
+            paused: true,
+            until_ts_ms: until,
+        });
         Reply::Ok
     }
 
@@ -543,15 +683,24 @@ impl State {
             Err(reject) => return reject.into(),
         };
         let account_id = key.account;
-        let client_key = ClientKey { account: account_id, client_order_id: new.client_order_id };
+        let client_key = ClientKey {
+            account: account_id,
+            client_order_id: new.client_order_id,
+        };
         if let Some(&existing) = self.client_orders.get(&client_key) {
             let order = *self.order(existing).expect("indexed orders exist");
             return if same_order(&order, new) {
-                Reply::Order { order, created: false }
+                Reply::Order {
+                    order,
+                    created: false,
+                }
             } else {
                 Reply::reject(
                     ErrorCode::IdempotencyConflict,
-                    format!("client_order_id {} was already used for a different order", new.client_order_id.as_str()),
+                    format!(
+                        "client_order_id {} was already used for a different order",
+                        new.client_order_id.as_str()
+                    ),
                 )
             };
         }
@@ -568,7 +717,9 @@ impl State {
         if self.is_paused() {
             let until = self.pause.and_then(|p| p.until_ts_ms);
             let message = match until {
-                Some(until) => format!("Trading is paused until {until} (epoch ms). Cancels still work."),
+                Some(until) => {
+                    format!("Trading is paused until {until} (epoch ms). Cancels still work.")
+                }
                 None => "Trading is paused until further notice. Cancels still work.".to_string(),
             };
             return Err(Reject::new(ErrorCode::TradingPaused, message));
@@ -587,28 +738,43 @@ impl State {
                 ));
             }
             if !account.trading_allowed {
-                return Err(Reject::new(ErrorCode::Forbidden, "The account has not allowed trading on its wallet."));
+                return Err(Reject::new(
+                    ErrorCode::Forbidden,
+                    "The account has not allowed trading on its wallet.",
+                ));
             }
         }
-        let market = self.market(new.market).filter(|m| m.status == MarketStatus::Open).ok_or_else(|| {
-            let why = match self.market(new.market).map(|m| m.status) {
-                Some(MarketStatus::Scheduled) => "is not trading yet",
-                Some(MarketStatus::Closed | MarketStatus::Settled) => "is closed",
-                _ => "is not on the order book",
-            };
-            let name = self.market(new.market).map_or("", |m| m.ticker.as_str());
-            Reject::new(ErrorCode::MarketNotOpen, format!("Market {name} {why}.").replace("  ", " "))
-        })?;
+        let market = self
+            .market(new.market)
+            .filter(|m| m.status == MarketStatus::Open)
+            .ok_or_else(|| {
+                let why = match self.market(new.market).map(|m| m.status) {
+                    Some(MarketStatus::Scheduled) => "is not trading yet",
+                    Some(MarketStatus::Closed | MarketStatus::Settled) => "is closed",
+                    _ => "is not on the order book",
+                };
+                let name = self.market(new.market).map_or("", |m| m.ticker.as_str());
+                Reject::new(
+                    ErrorCode::MarketNotOpen,
+                    format!("Market {name} {why}.").replace("  ", " "),
+                )
+            })?;
         let series = self.series_of(market);
         let dry = self.dry_run(market, new, account.id);
         self.check_limits(key, account, market, series, new, &dry)?;
         self.check_balance(account, series, new)?;
         // SPEC: post_only applies to good_till_canceled only.
         if new.post_only && new.time_in_force == TimeInForce::GoodTillCanceled && dry.crosses {
-            return Err(Reject::new(ErrorCode::PostOnlyCross, "The post_only order would have traded at once."));
+            return Err(Reject::new(
+                ErrorCode::PostOnlyCross,
+                "The post_only order would have traded at once.",
+            ));
         }
         if dry.self_trade {
-            return Err(Reject::new(ErrorCode::SelfTrade, "The order would trade against the account's own resting order."));
+            return Err(Reject::new(
+                ErrorCode::SelfTrade,
+                "The order would trade against the account's own resting order.",
+            ));
         }
         Ok(dry)
     }
@@ -625,8 +791,11 @@ impl State {
         let exceeded = |message: String| Err(Reject::new(ErrorCode::LimitExceeded, message));
         let notional = Cents::from(new.count) * Cents::from(new.price);
         if let Some(allowed) = &key.limits.series {
-            if !allowed.iter().any(|s| *s == series.config.ticker) {
-                return exceeded(format!("Key limit: this key may not trade series {}.", series.config.ticker));
+            if !allowed.contains(&series.config.ticker) {
+                return exceeded(format!(
+                    "Key limit: this key may not trade series {}.",
+                    series.config.ticker
+                ));
             }
         }
         if let Some(max) = key.limits.max_order_cents {
@@ -639,7 +808,11 @@ impl State {
             }
         }
         if let Some(max) = key.limits.max_daily_cents {
-            let used = if key.day == self.now_ms / DAY_MS { key.day_used_cents } else { 0 };
+            let used = if key.day == self.now_ms / DAY_MS {
+                key.day_used_cents
+            } else {
+                0
+            };
             if used + notional as u64 > max {
                 return exceeded(format!(
                     "Key limit: the order would take this key past its max per day of ${} (${} used today).",
@@ -648,7 +821,8 @@ impl State {
                 ));
             }
         }
-        let rests = new.time_in_force == TimeInForce::GoodTillCanceled && dry.would_fill < new.count;
+        let rests =
+            new.time_in_force == TimeInForce::GoodTillCanceled && dry.would_fill < new.count;
         if let Some(max) = key.limits.max_open_orders {
             if rests && key.resting_in(market.id) >= max {
                 return exceeded(format!(
@@ -658,7 +832,9 @@ impl State {
             }
         }
         if new.action == Action::Buy {
-            let cap = account.risk_cap.unwrap_or(self.config.account_risk_cap_cents);
+            let cap = account
+                .risk_cap
+                .unwrap_or(self.config.account_risk_cap_cents);
             let hold = order_hold(new, series);
             if account.at_risk() + hold > cap {
                 return exceeded(format!(
@@ -679,7 +855,12 @@ impl State {
         Ok(())
     }
 
-    fn check_balance(&self, account: &Account, series: &Series, new: &NewOrder) -> Result<(), Reject> {
+    fn check_balance(
+        &self,
+        account: &Account,
+        series: &Series,
+        new: &NewOrder,
+    ) -> Result<(), Reject> {
         match new.action {
             Action::Buy => {
                 let hold = order_hold(new, series);
@@ -695,8 +876,11 @@ impl State {
                 }
             }
             Action::Sell => {
-                let position =
-                    account.positions.get(&position_key(new.market, new.outcome)).copied().unwrap_or_default();
+                let position = account
+                    .positions
+                    .get(&position_key(new.market, new.outcome))
+                    .copied()
+                    .unwrap_or_default();
                 let free = position.count - position.committed;
                 if u64::from(new.count) > free {
                     return Err(Reject::new(
@@ -718,7 +902,11 @@ impl State {
     fn dry_run(&self, market: &Market, new: &NewOrder, account: AccountId) -> DryRun {
         let (side, price) = book_place(new);
         let opposite = market.book.side(side.other());
-        let mut dry = DryRun { crosses: false, self_trade: false, would_fill: 0 };
+        let mut dry = DryRun {
+            crosses: false,
+            self_trade: false,
+            would_fill: 0,
+        };
         let mut need = new.count;
         let mut level = opposite.best();
         while let Some(best) = level {
@@ -743,7 +931,13 @@ impl State {
         dry
     }
 
-    fn execute_order(&mut self, key_idx: KeyIdx, new: &NewOrder, dry: DryRun, events: &mut Vec<Event>) -> Reply {
+    fn execute_order(
+        &mut self,
+        key_idx: KeyIdx,
+        new: &NewOrder,
+        dry: DryRun,
+        events: &mut Vec<Event>,
+    ) -> Reply {
         let now = self.now_ms;
         let market_id = new.market;
         let series = &self.series[self.markets[market_id as usize].series as usize].config;
@@ -784,7 +978,10 @@ impl State {
         account.held += order.hold;
         account.orders.push(id);
         if new.action == Action::Sell {
-            let position = account.positions.entry(position_key(market_id, new.outcome)).or_default();
+            let position = account
+                .positions
+                .entry(position_key(market_id, new.outcome))
+                .or_default();
             position.committed += u64::from(new.count);
         }
         let key = &mut self.keys[key_idx as usize];
@@ -794,7 +991,13 @@ impl State {
             key.day_used_cents = 0;
         }
         key.day_used_cents += u64::from(new.count) * u64::from(new.price);
-        self.client_orders.insert(ClientKey { account: account_id, client_order_id: new.client_order_id }, id);
+        self.client_orders.insert(
+            ClientKey {
+                account: account_id,
+                client_order_id: new.client_order_id,
+            },
+            id,
+        );
         self.orders.push(order);
 
         self.match_order(id, dry.would_fill, (taker_bps, maker_bps), events);
@@ -814,19 +1017,30 @@ impl State {
         events.push(Event::Order(order));
         self.emit_account(account_id, market_id, new.outcome, events);
         self.emit_ticker_if_changed(market_id, top_before, events);
-        Reply::Order { order, created: true }
+        Reply::Order {
+            order,
+            created: true,
+        }
     }
 
     /// Matches an incoming order against the other side, best level first,
     /// oldest order first, at the resting order's price.
-    fn match_order(&mut self, id: OrderId, expected_fill: u32, rates: (u32, u32), events: &mut Vec<Event>) {
+    fn match_order(
+        &mut self,
+        id: OrderId,
+        expected_fill: u32,
+        rates: (u32, u32),
+        events: &mut Vec<Event>,
+    ) {
         let taker = self.orders[id as usize - 1];
         let (side, price) = taker.book_place();
         let opposite = side.other();
         let mut left = taker.remaining();
         while left > 0 {
             let book = &self.markets[taker.market as usize].book;
-            let Some(best) = book.side(opposite).best() else { break };
+            let Some(best) = book.side(opposite).best() else {
+                break;
+            };
             if u16::from(price) + u16::from(best) < 100 {
                 break;
             }
@@ -838,11 +1052,18 @@ impl State {
                     break;
                 }
                 let node = *book.node(node_index);
-                assert_ne!(node.account, taker.account, "the dry run refused self-trades");
+                assert_ne!(
+                    node.account, taker.account,
+                    "the dry run refused self-trades"
+                );
                 let qty = left.min(node.remaining);
                 left -= qty;
                 level_delta -= i64::from(qty);
-                let up_price = if opposite == Outcome::Up { best } else { flip(best) };
+                let up_price = if opposite == Outcome::Up {
+                    best
+                } else {
+                    flip(best)
+                };
                 let market = &mut self.markets[taker.market as usize];
                 let maker_left = market.book.reduce(opposite, best, node_index, qty);
                 self.trade(id, node.order, qty, up_price, rates, events);
@@ -862,12 +1083,24 @@ impl State {
                 checksum,
             });
         }
-        assert_eq!(taker.remaining() - left, expected_fill, "matching fills what the dry run found");
+        assert_eq!(
+            taker.remaining() - left,
+            expected_fill,
+            "matching fills what the dry run found"
+        );
     }
 
     /// One trade between the taker and a maker: money, contracts, fees,
     /// collateral, fills and the public trade.
-    fn trade(&mut self, taker: OrderId, maker: OrderId, qty: u32, up_price: PriceCents, rates: (u32, u32), events: &mut Vec<Event>) {
+    fn trade(
+        &mut self,
+        taker: OrderId,
+        maker: OrderId,
+        qty: u32,
+        up_price: PriceCents,
+        rates: (u32, u32),
+        events: &mut Vec<Event>,
+    ) {
         let trade_id = self.trades_total + 1;
         self.trades_total = trade_id;
         let taker_order = self.orders[taker as usize - 1];
@@ -897,11 +1130,24 @@ impl State {
 
     /// Applies one side of a trade to its order, account and position.
     #[allow(clippy::too_many_arguments)]
-    fn apply_fill(&mut self, id: OrderId, qty: u32, up_price: PriceCents, rate_bps: u32, is_taker: bool, trade_id: u64, events: &mut Vec<Event>) {
+    fn apply_fill(
+        &mut self,
+        id: OrderId,
+        qty: u32,
+        up_price: PriceCents,
+        rate_bps: u32,
+        is_taker: bool,
+        trade_id: u64,
+        events: &mut Vec<Event>,
+    ) {
         let now = self.now_ms;
         let fill_id = self.fills.len() as u64 + 1;
         let order = &mut self.orders[id as usize - 1];
-        let own_price = if order.outcome == Outcome::Up { up_price } else { flip(up_price) };
+        let own_price = if order.outcome == Outcome::Up {
+            up_price
+        } else {
+            flip(up_price)
+        };
         debug_assert!(match order.action {
             Action::Buy => own_price <= order.price,
             Action::Sell => own_price >= order.price,
@@ -909,7 +1155,9 @@ impl State {
         let gross = Cents::from(qty) * Cents::from(own_price);
         let fee = fee_cents(rate_bps, qty, up_price);
         let release = match order.action {
-            Action::Buy => Cents::from(qty) * (Cents::from(order.price) + order.max_fee_per_contract),
+            Action::Buy => {
+                Cents::from(qty) * (Cents::from(order.price) + order.max_fee_per_contract)
+            }
             Action::Sell => 0,
         };
         order.filled += qty;
@@ -920,11 +1168,19 @@ impl State {
         if order.filled == order.count {
             order.status = OrderStatus::Executed;
         }
-        let (account_id, market, outcome, action, limit) =
-            (order.account, order.market, order.outcome, order.action, order.price);
+        let (account_id, market, outcome, action, limit) = (
+            order.account,
+            order.market,
+            order.outcome,
+            order.action,
+            order.price,
+        );
         let m = &mut self.markets[market as usize];
         let account = &mut self.accounts[account_id as usize - 1];
-        let position = account.positions.entry(position_key(market, outcome)).or_default();
+        let position = account
+            .positions
+            .entry(position_key(market, outcome))
+            .or_default();
         match action {
             Action::Buy => {
                 account.cash -= gross + fee;
@@ -942,7 +1198,11 @@ impl State {
                 let before = position.count;
                 position.count -= u64::from(qty);
                 position.committed -= u64::from(qty);
-                let removed = if position.count == 0 { position.cost } else { position.cost * Cents::from(qty) / before as Cents };
+                let removed = if position.count == 0 {
+                    position.cost
+                } else {
+                    position.cost * Cents::from(qty) / before as Cents
+                };
                 position.cost -= removed;
                 account.position_cost -= removed;
                 m.open_interest[outcome.index()] -= u64::from(qty);
@@ -977,9 +1237,12 @@ impl State {
         let order = self.orders[id as usize - 1];
         let (side, price) = order.book_place();
         let market = &mut self.markets[order.market as usize];
-        let node = market.book.push(side, price, id, order.account, order.remaining());
+        let node = market
+            .book
+            .push(side, price, id, order.account, order.remaining());
         if order.action == Action::Buy {
-            market.resting_buy_notional += Cents::from(order.remaining()) * Cents::from(order.price);
+            market.resting_buy_notional +=
+                Cents::from(order.remaining()) * Cents::from(order.price);
         }
         let checksum = market.book.checksum();
         events.push(Event::BookDelta {
@@ -1033,7 +1296,9 @@ impl State {
         }
         let key = &mut self.keys[order.key as usize];
         if key.day == order.created_ts_ms / DAY_MS {
-            key.day_used_cents = key.day_used_cents.saturating_sub(u64::from(remaining) * u64::from(order.price));
+            key.day_used_cents = key
+                .day_used_cents
+                .saturating_sub(u64::from(remaining) * u64::from(order.price));
         }
     }
 
@@ -1049,7 +1314,13 @@ impl State {
             market.resting_buy_notional -= Cents::from(removed) * Cents::from(order.price);
         }
         let checksum = market.book.checksum();
-        events.push(Event::BookDelta { market: order.market, outcome: side, price, delta: -i64::from(removed), checksum });
+        events.push(Event::BookDelta {
+            market: order.market,
+            outcome: side,
+            price,
+            delta: -i64::from(removed),
+            checksum,
+        });
         self.unrest(id);
         self.orders[id as usize - 1].status = OrderStatus::Canceled;
         self.release_remainder(id);
@@ -1057,34 +1328,64 @@ impl State {
         self.emit_account(order.account, order.market, order.outcome, events);
     }
 
-    fn cancel_order(&mut self, key_idx: KeyIdx, order_id: OrderId, events: &mut Vec<Event>) -> Reply {
+    fn cancel_order(
+        &mut self,
+        key_idx: KeyIdx,
+        order_id: OrderId,
+        events: &mut Vec<Event>,
+    ) -> Reply {
         let account = match self.authorize(key_idx, Need::Trade) {
             Ok(key) => key.account,
             Err(reject) => return reject.into(),
         };
-        let Some(order) = self.order(order_id).filter(|o| o.account == account).copied() else {
-            return Reply::reject(ErrorCode::OrderNotFound, format!("No order {order_id} on this account."));
+        let Some(order) = self
+            .order(order_id)
+            .filter(|o| o.account == account)
+            .copied()
+        else {
+            return Reply::reject(
+                ErrorCode::OrderNotFound,
+                format!("No order {order_id} on this account."),
+            );
         };
         if !order.is_resting() {
             // DESIGN §5: a retried cancel is always safe; the order as it stands.
-            return Reply::Order { order, created: false };
+            return Reply::Order {
+                order,
+                created: false,
+            };
         }
         let top_before = self.top(order.market);
         self.cancel_resting(order_id, events);
         self.emit_ticker_if_changed(order.market, top_before, events);
-        Reply::Order { order: self.orders[order_id as usize - 1], created: false }
+        Reply::Order {
+            order: self.orders[order_id as usize - 1],
+            created: false,
+        }
     }
 
-    fn cancel_all(&mut self, key_idx: KeyIdx, market: Option<&str>, series: Option<&str>, events: &mut Vec<Event>) -> Reply {
+    fn cancel_all(
+        &mut self,
+        key_idx: KeyIdx,
+        market: Option<&str>,
+        series: Option<&str>,
+        events: &mut Vec<Event>,
+    ) -> Reply {
         let account_id = match self.authorize(key_idx, Need::Trade) {
             Ok(key) => key.account,
             Err(reject) => return reject.into(),
         };
         if market.is_some_and(|m| !is_market_ticker(m)) {
-            return Reply::reject(ErrorCode::BadRequest, "market_ticker does not match the market ticker pattern");
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                "market_ticker does not match the market ticker pattern",
+            );
         }
         if series.is_some_and(|s| !is_series_ticker(s)) {
-            return Reply::reject(ErrorCode::BadRequest, "series_ticker does not match the series ticker pattern");
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                "series_ticker does not match the series ticker pattern",
+            );
         }
         let account = self.account(account_id).expect("key's account");
         let mut resting = Vec::with_capacity(account.resting_orders as usize);
@@ -1100,7 +1401,8 @@ impl State {
         resting.reverse();
         resting.retain(|&id| {
             let m = &self.markets[self.orders[id as usize - 1].market as usize];
-            market.is_none_or(|t| m.ticker == t) && series.is_none_or(|s| self.series[m.series as usize].config.ticker == s)
+            market.is_none_or(|t| m.ticker == t)
+                && series.is_none_or(|s| self.series[m.series as usize].config.ticker == s)
         });
         for &id in &resting {
             let market = self.orders[id as usize - 1].market;
@@ -1136,11 +1438,31 @@ impl State {
         }
     }
 
-    fn emit_account(&self, account: AccountId, market: MarketId, outcome: Outcome, events: &mut Vec<Event>) {
+    fn emit_account(
+        &self,
+        account: AccountId,
+        market: MarketId,
+        outcome: Outcome,
+        events: &mut Vec<Event>,
+    ) {
         let a = &self.accounts[account as usize - 1];
-        let position = a.positions.get(&position_key(market, outcome)).copied().unwrap_or(Position::default());
-        events.push(Event::Position { account, market, outcome, count: position.count, cost: position.cost });
-        events.push(Event::Balance { account, cash: a.cash, held: a.held });
+        let position = a
+            .positions
+            .get(&position_key(market, outcome))
+            .copied()
+            .unwrap_or(Position::default());
+        events.push(Event::Position {
+            account,
+            market,
+            outcome,
+            count: position.count,
+            cost: position.cost,
+        });
+        events.push(Event::Balance {
+            account,
+            cash: a.cash,
+            held: a.held,
+        });
     }
 }
 
@@ -1159,7 +1481,11 @@ fn order_hold(new: &NewOrder, series: &Series) -> Cents {
         Action::Buy => {
             Cents::from(new.count)
                 * (Cents::from(new.price)
-                    + max_fee_per_contract(new.price, series.config.taker_fee_bps, series.config.maker_fee_bps))
+                    + max_fee_per_contract(
+                        new.price,
+                        series.config.taker_fee_bps,
+                        series.config.maker_fee_bps,
+                    ))
         }
         Action::Sell => 0,
     }
@@ -1179,13 +1505,17 @@ fn same_order(order: &Order, new: &NewOrder) -> bool {
 /// Field checks of a new order, each naming its field.
 fn check_new_order(new: &NewOrder) -> Result<(), Reject> {
     if !price_in_range(new.price) {
-        return Err(Reject::bad_request("price must be 0.01 to 0.99 in whole cents"));
+        return Err(Reject::bad_request(
+            "price must be 0.01 to 0.99 in whole cents",
+        ));
     }
     if !(ORDER_COUNT_MIN..=ORDER_COUNT_MAX).contains(&new.count) {
         return Err(Reject::bad_request("count must be 1 to 10000"));
     }
     if !new.client_order_id.is_valid() {
-        return Err(Reject::bad_request("client_order_id must match ^[A-Za-z0-9._:-]{1,64}$"));
+        return Err(Reject::bad_request(
+            "client_order_id must match ^[A-Za-z0-9._:-]{1,64}$",
+        ));
     }
     Ok(())
 }
@@ -1198,7 +1528,9 @@ fn check_series(config: &SeriesConfig) -> Result<(), Reject> {
     if !is_symbol(&config.symbol) {
         return bad("symbol must be upper case, such as AAPL or X:BTCUSD");
     }
-    if !(SERIES_WINDOW_MS_MIN..=SERIES_WINDOW_MS_MAX).contains(&config.window_ms) || config.window_ms % 60_000 != 0 {
+    if !(SERIES_WINDOW_MS_MIN..=SERIES_WINDOW_MS_MAX).contains(&config.window_ms)
+        || !config.window_ms.is_multiple_of(60_000)
+    {
         return bad("window must be whole minutes, from 1 minute to 99 days");
     }
     if config.list_ahead > SERIES_LIST_AHEAD_MAX {
@@ -1226,7 +1558,9 @@ fn check_limits_shape(limits: &KeyLimits) -> Result<(), Reject> {
     }
     if let Some(series) = &limits.series {
         if series.is_empty() || series.len() > 100 || !series.iter().all(|s| is_series_ticker(s)) {
-            return Err(Reject::bad_request("series must be 1 to 100 series tickers"));
+            return Err(Reject::bad_request(
+                "series must be 1 to 100 series tickers",
+            ));
         }
     }
     Ok(())
@@ -1237,18 +1571,29 @@ fn check_new_key(new: &NewKey) -> Result<(), Reject> {
         return Err(Reject::bad_request("key_id must match ^[a-z0-9]{1,32}$"));
     }
     if new.name.chars().count() > KEY_NAME_LEN_MAX || new.name.chars().any(char::is_control) {
-        return Err(Reject::bad_request("name must be at most 64 printable characters"));
+        return Err(Reject::bad_request(
+            "name must be at most 64 printable characters",
+        ));
     }
     if !new.scopes.read && !new.scopes.trade {
         return Err(Reject::bad_request("scopes must include read or trade"));
     }
-    if new.expires_days.is_some_and(|d| !(KEY_EXPIRY_DAYS_MIN..=KEY_EXPIRY_DAYS_MAX).contains(&d)) {
+    if new
+        .expires_days
+        .is_some_and(|d| !(KEY_EXPIRY_DAYS_MIN..=KEY_EXPIRY_DAYS_MAX).contains(&d))
+    {
         return Err(Reject::bad_request("expiry must be 1 to 365 days"));
     }
     if new.ip_allowlist.len() > KEY_IP_ALLOWLIST_MAX {
-        return Err(Reject::bad_request("the IP allowlist holds at most 10 addresses"));
+        return Err(Reject::bad_request(
+            "the IP allowlist holds at most 10 addresses",
+        ));
     }
-    if let Some(bad) = new.ip_allowlist.iter().find(|a| a.parse::<core::net::IpAddr>().is_err()) {
+    if let Some(bad) = new
+        .ip_allowlist
+        .iter()
+        .find(|a| a.parse::<core::net::IpAddr>().is_err())
+    {
         return Err(Reject::bad_request(format!("{bad:?} is not an IP address")));
     }
     check_limits_shape(&new.limits)
@@ -1259,8 +1604,12 @@ fn check_new_key(new: &NewKey) -> Result<(), Reject> {
 fn effective_limits(limits: &KeyLimits, trade: bool) -> KeyLimits {
     let mut limits = limits.clone();
     if trade {
-        limits.max_order_cents.get_or_insert(KEY_DEFAULT_MAX_ORDER_CENTS);
-        limits.max_daily_cents.get_or_insert(KEY_DEFAULT_MAX_DAILY_CENTS);
+        limits
+            .max_order_cents
+            .get_or_insert(KEY_DEFAULT_MAX_ORDER_CENTS);
+        limits
+            .max_daily_cents
+            .get_or_insert(KEY_DEFAULT_MAX_DAILY_CENTS);
     }
     limits
 }

@@ -17,9 +17,14 @@ pub struct Top {
 /// A window's lifecycle step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
-    Open { price_to_beat_e8: Option<i64> },
+    Open {
+        price_to_beat_e8: Option<i64>,
+    },
     Closed,
-    Settled { result: Option<Outcome>, settlement_price_e8: Option<i64> },
+    Settled {
+        result: Option<Outcome>,
+        settlement_price_e8: Option<i64>,
+    },
 }
 
 /// One change.
@@ -31,27 +36,63 @@ pub enum Event {
     Fill(Fill),
     /// The contracts at `price` on `outcome`'s bid side changed by `delta`;
     /// `checksum` is the book's after the change.
-    BookDelta { market: MarketId, outcome: Outcome, price: PriceCents, delta: i64, checksum: u32 },
+    BookDelta {
+        market: MarketId,
+        outcome: Outcome,
+        price: PriceCents,
+        delta: i64,
+        checksum: u32,
+    },
     /// Top of book or last price changed.
     Ticker { market: MarketId, top: Top },
     /// A public trade.
     Trade(Trade),
     /// A new window was listed (status scheduled).
-    MarketListed { market: MarketId, ticker: String, series: String },
+    MarketListed {
+        market: MarketId,
+        ticker: String,
+        series: String,
+    },
     /// A window opened, closed or settled.
-    Lifecycle { market: MarketId, phase: Phase, ts_ms: TsMs },
+    Lifecycle {
+        market: MarketId,
+        phase: Phase,
+        ts_ms: TsMs,
+    },
     /// An underlying print.
-    Price { symbol: String, price_e8: i64, t_ms: TsMs },
+    Price {
+        symbol: String,
+        price_e8: i64,
+        t_ms: TsMs,
+    },
     /// A position changed; count 0 means it is gone.
-    Position { account: AccountId, market: MarketId, outcome: Outcome, count: u64, cost: Cents },
+    Position {
+        account: AccountId,
+        market: MarketId,
+        outcome: Outcome,
+        count: u64,
+        cost: Cents,
+    },
     /// An account's cash or holds changed.
-    Balance { account: AccountId, cash: Cents, held: Cents },
+    Balance {
+        account: AccountId,
+        cash: Cents,
+        held: Cents,
+    },
     /// A key was issued or changed (the gateway's authentication cache).
     Key(Box<Key>),
     /// An account's flags changed.
-    Account { account: AccountId, terms_accepted: bool, trading_allowed: bool, suspended: bool },
+    Account {
+        account: AccountId,
+        terms_accepted: bool,
+        trading_allowed: bool,
+        suspended: bool,
+    },
     /// Trading was paused or resumed.
-    Trading { paused: bool, until_ts_ms: Option<TsMs> },
+    Trading {
+        paused: bool,
+        until_ts_ms: Option<TsMs>,
+    },
 }
 
 impl Event {
@@ -74,9 +115,9 @@ impl Event {
         match self {
             Self::Order(o) => Some(o.account),
             Self::Fill(f) => Some(f.account),
-            Self::Position { account, .. } | Self::Balance { account, .. } | Self::Account { account, .. } => {
-                Some(*account)
-            }
+            Self::Position { account, .. }
+            | Self::Balance { account, .. }
+            | Self::Account { account, .. } => Some(*account),
             Self::Key(k) => Some(k.account),
             _ => None,
         }

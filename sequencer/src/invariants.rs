@@ -31,7 +31,10 @@ impl State {
         }
         for a in &self.accounts {
             if a.cash < 0 || a.held < 0 || a.held > a.cash || a.position_cost < 0 {
-                return Err(format!("account {} has cash {} held {} cost {}", a.id, a.cash, a.held, a.position_cost));
+                return Err(format!(
+                    "account {} has cash {} held {} cost {}",
+                    a.id, a.cash, a.held, a.position_cost
+                ));
             }
         }
         Ok(())
@@ -49,13 +52,19 @@ impl State {
                     return Err(format!("account {} position {key} is {p:?}", a.id));
                 }
                 if self.markets[market as usize].status == MarketStatus::Settled {
-                    return Err(format!("account {} holds a position in settled market {market}", a.id));
+                    return Err(format!(
+                        "account {} holds a position in settled market {market}",
+                        a.id
+                    ));
                 }
                 held[market as usize][outcome.index()] += p.count;
                 cost += p.cost;
             }
             if cost != a.position_cost {
-                return Err(format!("account {} position cost {} != sum {cost}", a.id, a.position_cost));
+                return Err(format!(
+                    "account {} position cost {} != sum {cost}",
+                    a.id, a.position_cost
+                ));
             }
         }
         for (m, counts) in self.markets.iter().zip(&held) {
@@ -81,13 +90,21 @@ impl State {
         let mut level_totals: BTreeMap<(u32, usize, u8), u64> = BTreeMap::new();
         for o in &self.orders {
             if o.hold != o.hold_formula() {
-                return Err(format!("order {} holds {} but its formula says {}", o.id, o.hold, o.hold_formula()));
+                return Err(format!(
+                    "order {} holds {} but its formula says {}",
+                    o.id,
+                    o.hold,
+                    o.hold_formula()
+                ));
             }
             if !o.node_consistent() || o.filled > o.count {
                 return Err(format!("order {} is inconsistent: {o:?}", o.id));
             }
             if (o.filled == o.count) != (o.status == crate::types::OrderStatus::Executed) {
-                return Err(format!("order {} status {:?} with {} of {} filled", o.id, o.status, o.filled, o.count));
+                return Err(format!(
+                    "order {} status {:?} with {} of {} filled",
+                    o.id, o.status, o.filled, o.count
+                ));
             }
             *held.entry(o.account).or_default() += o.hold;
             if !o.is_resting() {
@@ -95,35 +112,50 @@ impl State {
             }
             let m = &self.markets[o.market as usize];
             if m.status != MarketStatus::Open {
-                return Err(format!("order {} rests in market {} which is {:?}", o.id, m.ticker, m.status));
+                return Err(format!(
+                    "order {} rests in market {} which is {:?}",
+                    o.id, m.ticker, m.status
+                ));
             }
             let node = m.book.node(o.node);
             if node.order != o.id || node.remaining != o.remaining() {
                 return Err(format!("order {} and its book node disagree", o.id));
             }
             let (side, price) = o.book_place();
-            *level_totals.entry((o.market, side.index(), price)).or_default() += u64::from(o.remaining());
+            *level_totals
+                .entry((o.market, side.index(), price))
+                .or_default() += u64::from(o.remaining());
             per_key[o.key as usize] += 1;
             *per_key_market.entry((o.key, o.market)).or_default() += 1;
             per_account[o.account as usize - 1] += 1;
             match o.action {
-                Action::Buy => buy_notional[o.market as usize] += Cents::from(o.remaining()) * Cents::from(o.price),
+                Action::Buy => {
+                    buy_notional[o.market as usize] +=
+                        Cents::from(o.remaining()) * Cents::from(o.price)
+                }
                 Action::Sell => {
-                    *committed.entry((o.account, position_key(o.market, o.outcome))).or_default() +=
-                        u64::from(o.remaining())
+                    *committed
+                        .entry((o.account, position_key(o.market, o.outcome)))
+                        .or_default() += u64::from(o.remaining())
                 }
             }
         }
         for a in &self.accounts {
             if a.held != held.get(&a.id).copied().unwrap_or(0) {
-                return Err(format!("account {} held {} != sum of order holds", a.id, a.held));
+                return Err(format!(
+                    "account {} held {} != sum of order holds",
+                    a.id, a.held
+                ));
             }
             if a.resting_orders != per_account[a.id as usize - 1] {
                 return Err(format!("account {} resting count is off", a.id));
             }
             for (&key, p) in &a.positions {
                 if p.committed != committed.get(&(a.id, key)).copied().unwrap_or(0) {
-                    return Err(format!("account {} position {key} commits {} to sells", a.id, p.committed));
+                    return Err(format!(
+                        "account {} position {key} commits {} to sells",
+                        a.id, p.committed
+                    ));
                 }
             }
         }
@@ -131,10 +163,16 @@ impl State {
             if k.resting_orders != per_key[k.idx as usize] {
                 return Err(format!("key {} resting count is off", k.key_id));
             }
-            let expected: BTreeMap<u32, u32> =
-                per_key_market.iter().filter(|((key, _), _)| *key == k.idx).map(|((_, m), n)| (*m, *n)).collect();
+            let expected: BTreeMap<u32, u32> = per_key_market
+                .iter()
+                .filter(|((key, _), _)| *key == k.idx)
+                .map(|((_, m), n)| (*m, *n))
+                .collect();
             if k.resting_by_market != expected {
-                return Err(format!("key {} resting counts per market are off", k.key_id));
+                return Err(format!(
+                    "key {} resting counts per market are off",
+                    k.key_id
+                ));
             }
         }
         for m in &self.markets {
@@ -144,23 +182,46 @@ impl State {
             let (up, down) = (m.book.side(Outcome::Up), m.book.side(Outcome::Down));
             if let (Some(u), Some(d)) = (up.best(), down.best()) {
                 if u16::from(u) + u16::from(d) >= 100 {
-                    return Err(format!("market {} is crossed at rest: up {u} down {d}", m.ticker));
+                    return Err(format!(
+                        "market {} is crossed at rest: up {u} down {d}",
+                        m.ticker
+                    ));
                 }
             }
             for (i, side) in [up, down].into_iter().enumerate() {
                 for (price, total) in side.top(usize::MAX) {
                     if level_totals.get(&(m.id, i, price)).copied().unwrap_or(0) != total {
-                        return Err(format!("market {} level {i}/{price} total {total} is off", m.ticker));
+                        return Err(format!(
+                            "market {} level {i}/{price} total {total} is off",
+                            m.ticker
+                        ));
                     }
-                    if m.book.head(if i == 0 { Outcome::Up } else { Outcome::Down }, price) == NIL {
-                        return Err(format!("market {} level {i}/{price} is marked but empty", m.ticker));
+                    if m.book
+                        .head(if i == 0 { Outcome::Up } else { Outcome::Down }, price)
+                        == NIL
+                    {
+                        return Err(format!(
+                            "market {} level {i}/{price} is marked but empty",
+                            m.ticker
+                        ));
                     }
                 }
             }
-            let resting: u64 = level_totals.iter().filter(|((id, _, _), _)| *id == m.id).map(|(_, t)| *t).sum();
-            let listed: u64 = [up, down].iter().flat_map(|s| s.top(usize::MAX)).map(|(_, t)| t).sum();
+            let resting: u64 = level_totals
+                .iter()
+                .filter(|((id, _, _), _)| *id == m.id)
+                .map(|(_, t)| *t)
+                .sum();
+            let listed: u64 = [up, down]
+                .iter()
+                .flat_map(|s| s.top(usize::MAX))
+                .map(|(_, t)| t)
+                .sum();
             if resting != listed {
-                return Err(format!("market {} has contracts on levels that no order explains", m.ticker));
+                return Err(format!(
+                    "market {} has contracts on levels that no order explains",
+                    m.ticker
+                ));
             }
         }
         Ok(())

@@ -40,9 +40,9 @@ pub const KEY_NAME_LEN_MAX: usize = 64;
 /// Longest key id.
 pub const KEY_ID_LEN_MAX: usize = 32;
 /// Default max order of a trade key without its own limit: $20.
-pub const KEY_DEFAULT_MAX_ORDER_CENTS: u64 = 20_00;
+pub const KEY_DEFAULT_MAX_ORDER_CENTS: u64 = 2_000;
 /// Default max per day of a trade key without its own limit: $500.
-pub const KEY_DEFAULT_MAX_DAILY_CENTS: u64 = 500_00;
+pub const KEY_DEFAULT_MAX_DAILY_CENTS: u64 = 50_000;
 /// New orders per second per key.
 pub const NEW_ORDERS_PER_SECOND: u32 = 10;
 /// Burst of new orders per key.

@@ -53,7 +53,10 @@ pub struct Page<T> {
 }
 
 fn page<T>(items: Vec<T>, more: bool, last_id: Option<u64>) -> Page<T> {
-    Page { items, cursor: if more { last_id } else { None } }
+    Page {
+        items,
+        cursor: if more { last_id } else { None },
+    }
 }
 
 impl State {
@@ -68,7 +71,12 @@ impl State {
         self.order(order_id)
             .filter(|o| o.account == account)
             .copied()
-            .ok_or_else(|| Reject::new(ErrorCode::OrderNotFound, format!("No order {order_id} on this account.")))
+            .ok_or_else(|| {
+                Reject::new(
+                    ErrorCode::OrderNotFound,
+                    format!("No order {order_id} on this account."),
+                )
+            })
     }
 
     /// The account's orders of the last 24 hours, newest first.
@@ -80,7 +88,12 @@ impl State {
         let market = match &filter.market_ticker {
             Some(t) => match self.market_ids.get(t) {
                 Some(&id) => Some(id),
-                None => return Ok(Page { items: Vec::new(), cursor: None }),
+                None => {
+                    return Ok(Page {
+                        items: Vec::new(),
+                        cursor: None,
+                    })
+                }
             },
             None => None,
         };
@@ -95,7 +108,9 @@ impl State {
                 break;
             }
             let wanted = market.is_none_or(|m| order.market == m)
-                && filter.client_order_id.is_none_or(|c| order.client_order_id == c)
+                && filter
+                    .client_order_id
+                    .is_none_or(|c| order.client_order_id == c)
                 && filter.status.is_none_or(|s| order.status == s);
             if !wanted {
                 continue;
@@ -120,7 +135,12 @@ impl State {
             .filter(|(_, p)| p.count > 0)
             .map(|(&k, p)| {
                 let (market, outcome) = position_parts(k);
-                PositionView { market_ticker: self.markets[market as usize].ticker.clone(), outcome, count: p.count, cost: p.cost }
+                PositionView {
+                    market_ticker: self.markets[market as usize].ticker.clone(),
+                    outcome,
+                    count: p.count,
+                    cost: p.cost,
+                }
             })
             .collect())
     }
@@ -145,7 +165,12 @@ impl State {
         let market = match market_ticker {
             Some(t) => match self.market_ids.get(t) {
                 Some(&id) => Some(id),
-                None => return Ok(Page { items: Vec::new(), cursor: None }),
+                None => {
+                    return Ok(Page {
+                        items: Vec::new(),
+                        cursor: None,
+                    })
+                }
             },
             None => None,
         };
@@ -175,7 +200,11 @@ impl State {
     pub fn query_balance(&self, key: KeyIdx) -> Result<BalanceView, Reject> {
         let account = self.authorize_read(key)?.account;
         let a = self.account(account).expect("key's account");
-        Ok(BalanceView { cash: a.cash, held: a.held, buying_power: a.buying_power() })
+        Ok(BalanceView {
+            cash: a.cash,
+            held: a.held,
+            buying_power: a.buying_power(),
+        })
     }
 
     /// One market by ticker.
@@ -195,19 +224,18 @@ impl State {
     ) -> Result<Page<&Market>, Reject> {
         let limit = list_limit(limit, LIST_LIMIT_MAX)?;
         let series_id = match series {
-            Some(t) => Some(
-                self.series_ids
-                    .get(t)
-                    .copied()
-                    .ok_or_else(|| Reject::new(ErrorCode::SeriesNotFound, format!("No series {t}.")))?,
-            ),
+            Some(t) => Some(self.series_ids.get(t).copied().ok_or_else(|| {
+                Reject::new(ErrorCode::SeriesNotFound, format!("No series {t}."))
+            })?),
             None => None,
         };
         let end = cursor.map_or(self.markets.len(), |c| (c as usize).min(self.markets.len()));
         let mut items = Vec::new();
         let mut more = false;
         for market in self.markets[..end].iter().rev() {
-            if series_id.is_some_and(|s| market.series != s) || status.is_some_and(|s| market.status != s) {
+            if series_id.is_some_and(|s| market.series != s)
+                || status.is_some_and(|s| market.status != s)
+            {
                 continue;
             }
             if items.len() == limit {
@@ -221,7 +249,11 @@ impl State {
     }
 
     /// The book of a market, up to `depth` levels a side (all when `None`).
-    pub fn query_orderbook(&self, ticker: &str, depth: Option<u32>) -> Result<OrderbookView, Reject> {
+    pub fn query_orderbook(
+        &self,
+        ticker: &str,
+        depth: Option<u32>,
+    ) -> Result<OrderbookView, Reject> {
         let market = self.query_market(ticker)?;
         let depth = depth.map_or(usize::MAX, |d| d as usize);
         Ok(OrderbookView {
@@ -234,7 +266,12 @@ impl State {
 
     /// Public trades of a market, newest first; `cursor` is the last trade id
     /// of the previous page.
-    pub fn query_trades(&self, ticker: &str, limit: Option<u32>, cursor: Option<u64>) -> Result<Page<Trade>, Reject> {
+    pub fn query_trades(
+        &self,
+        ticker: &str,
+        limit: Option<u32>,
+        cursor: Option<u64>,
+    ) -> Result<Page<Trade>, Reject> {
         let market = self.query_market(ticker)?;
         let limit = list_limit(limit, LIST_LIMIT_MAX)?;
         let end = match cursor {
@@ -250,7 +287,9 @@ impl State {
 
 fn list_limit(limit: Option<u32>, max: u32) -> Result<usize, Reject> {
     match limit {
-        Some(l) if l == 0 || l > max => Err(Reject::bad_request(format!("limit must be 1 to {max}"))),
+        Some(l) if l == 0 || l > max => {
+            Err(Reject::bad_request(format!("limit must be 1 to {max}")))
+        }
         Some(l) => Ok(l as usize),
         None => Ok(crate::limits::LIST_LIMIT_DEFAULT as usize),
     }

@@ -1,8 +1,8 @@
 //! The sequencer's answers: business outcomes are data (a `Reject` with one
 //! of the spec's codes), never panics or `Err`s.
 
-use crate::types::{AccountId, KeyIdx, OrderId};
 use crate::state::Order;
+use crate::types::{AccountId, KeyIdx, OrderId};
 
 /// The spec's error codes, each with its HTTP status (DESIGN §5 fixes the
 /// ones the spec leaves open). This is the one table that maps them.
@@ -93,7 +93,9 @@ impl ErrorCode {
             | Self::OrderRejected => 400,
             Self::Unauthorized => 401,
             Self::Forbidden => 403,
-            Self::NotFound | Self::SeriesNotFound | Self::MarketNotFound | Self::OrderNotFound => 404,
+            Self::NotFound | Self::SeriesNotFound | Self::MarketNotFound | Self::OrderNotFound => {
+                404
+            }
             Self::MethodNotAllowed => 405,
             Self::IdempotencyConflict | Self::AccountBusy => 409,
             Self::RateLimited => 429,
@@ -112,7 +114,10 @@ pub struct Reject {
 
 impl Reject {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::BadRequest, message)
@@ -121,7 +126,13 @@ impl Reject {
 
 impl std::fmt::Display for Reject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}: {}", self.code.http_status(), self.code.as_str(), self.message)
+        write!(
+            f,
+            "{} {}: {}",
+            self.code.http_status(),
+            self.code.as_str(),
+            self.message
+        )
     }
 }
 

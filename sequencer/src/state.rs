@@ -31,7 +31,11 @@ pub const fn position_key(market: MarketId, outcome: Outcome) -> u64 {
 
 /// Splits a position key.
 pub const fn position_parts(key: u64) -> (MarketId, Outcome) {
-    let outcome = if key & 1 == 0 { Outcome::Up } else { Outcome::Down };
+    let outcome = if key & 1 == 0 {
+        Outcome::Up
+    } else {
+        Outcome::Down
+    };
     ((key >> 1) as MarketId, outcome)
 }
 
@@ -210,7 +214,8 @@ impl Order {
     pub fn hold_formula(&self) -> Cents {
         match (self.action, self.status) {
             (Action::Buy, OrderStatus::Resting) => {
-                Cents::from(self.remaining()) * (Cents::from(self.price) + self.max_fee_per_contract)
+                Cents::from(self.remaining())
+                    * (Cents::from(self.price) + self.max_fee_per_contract)
             }
             _ => 0,
         }
@@ -251,7 +256,9 @@ pub struct Fill {
 }
 
 /// Idempotency key: one client_order_id per account.
-#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash,
+)]
 #[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
 pub struct ClientKey {
     pub account: AccountId,
@@ -342,19 +349,26 @@ pub struct State {
 impl State {
     /// A venue with the given configuration and nothing else.
     pub fn new(config: VenueConfig) -> Self {
-        Self { config, ..Self::default() }
+        Self {
+            config,
+            ..Self::default()
+        }
     }
     pub fn account(&self, id: AccountId) -> Option<&Account> {
-        id.checked_sub(1).and_then(|i| self.accounts.get(i as usize))
+        id.checked_sub(1)
+            .and_then(|i| self.accounts.get(i as usize))
     }
     pub(crate) fn account_mut(&mut self, id: AccountId) -> Option<&mut Account> {
-        id.checked_sub(1).and_then(|i| self.accounts.get_mut(i as usize))
+        id.checked_sub(1)
+            .and_then(|i| self.accounts.get_mut(i as usize))
     }
     pub fn order(&self, id: OrderId) -> Option<&Order> {
-        id.checked_sub(1).and_then(|i| self.orders.get(usize::try_from(i).ok()?))
+        id.checked_sub(1)
+            .and_then(|i| self.orders.get(usize::try_from(i).ok()?))
     }
     pub fn fill(&self, id: FillId) -> Option<&Fill> {
-        id.checked_sub(1).and_then(|i| self.fills.get(usize::try_from(i).ok()?))
+        id.checked_sub(1)
+            .and_then(|i| self.fills.get(usize::try_from(i).ok()?))
     }
     pub fn market(&self, id: MarketId) -> Option<&Market> {
         self.markets.get(id as usize)
@@ -369,7 +383,9 @@ impl State {
         self.key_ids.get(key_id).and_then(|&idx| self.key(idx))
     }
     pub fn series_by_ticker(&self, ticker: &str) -> Option<&Series> {
-        self.series_ids.get(ticker).and_then(|&id| self.series.get(id as usize))
+        self.series_ids
+            .get(ticker)
+            .and_then(|&id| self.series.get(id as usize))
     }
     /// The series a market belongs to.
     pub fn series_of(&self, market: &Market) -> &Series {
@@ -377,10 +393,14 @@ impl State {
     }
     /// Active keys of an account.
     pub fn active_keys(&self, account: AccountId) -> usize {
-        self.keys.iter().filter(|k| k.account == account && k.is_active(self.now_ms)).count()
+        self.keys
+            .iter()
+            .filter(|k| k.account == account && k.is_active(self.now_ms))
+            .count()
     }
     /// True while trading is paused at `now_ms`.
     pub fn is_paused(&self) -> bool {
-        self.pause.is_some_and(|p| p.until_ts_ms.is_none_or(|until| self.now_ms < until))
+        self.pause
+            .is_some_and(|p| p.until_ts_ms.is_none_or(|until| self.now_ms < until))
     }
 }

@@ -124,12 +124,18 @@ impl ClientOrderId {
         if raw.is_empty() || raw.len() > CLIENT_ORDER_ID_LEN_MAX {
             return None;
         }
-        if !raw.iter().all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')) {
+        if !raw
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        {
             return None;
         }
         let mut bytes = [0u8; CLIENT_ORDER_ID_LEN_MAX];
         bytes[..raw.len()].copy_from_slice(raw);
-        Some(Self { len: raw.len() as u8, bytes })
+        Some(Self {
+            len: raw.len() as u8,
+            bytes,
+        })
     }
 
     /// The id as text.

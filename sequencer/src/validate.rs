@@ -13,7 +13,8 @@ pub fn is_series_ticker(text: &str) -> bool {
     !b.is_empty()
         && b.len() <= SERIES_TICKER_LEN_MAX
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter().all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
 }
 
 /// Market ticker: `^[a-z0-9][a-z0-9-]{0,63}-\d{6}-\d{4}-\d{4}(d\d{1,2})?$`.
@@ -56,20 +57,29 @@ pub fn is_symbol(text: &str) -> bool {
     !b.is_empty()
         && b.len() <= SYMBOL_LEN_MAX
         && b[0].is_ascii_uppercase()
-        && b.iter().all(|&c| c.is_ascii_uppercase() || c.is_ascii_digit() || matches!(c, b'.' | b':' | b'-'))
+        && b.iter().all(|&c| {
+            c.is_ascii_uppercase() || c.is_ascii_digit() || matches!(c, b'.' | b':' | b'-')
+        })
 }
 
 /// Key id: `^[a-z0-9]{1,32}$`; it sits between underscores in the key.
 pub fn is_key_id(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= crate::limits::KEY_ID_LEN_MAX
-        && text.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && text
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
 }
 
 /// Parses an order price `^0\.(0[1-9]|[1-9]\d)$` into cents.
 pub fn parse_price(text: &str) -> Option<PriceCents> {
     let b = text.as_bytes();
-    if b.len() != 4 || b[0] != b'0' || b[1] != b'.' || !b[2].is_ascii_digit() || !b[3].is_ascii_digit() {
+    if b.len() != 4
+        || b[0] != b'0'
+        || b[1] != b'.'
+        || !b[2].is_ascii_digit()
+        || !b[3].is_ascii_digit()
+    {
         return None;
     }
     let cents = (b[2] - b'0') * 10 + (b[3] - b'0');
@@ -82,7 +92,9 @@ pub fn parse_count(text: &str) -> Option<u64> {
     if b.is_empty() || (b[0] == b'0' && b.len() > 1) || !b.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(b.iter().fold(0u64, |n, &c| n.saturating_mul(10).saturating_add(u64::from(c - b'0'))))
+    Some(b.iter().fold(0u64, |n, &c| {
+        n.saturating_mul(10).saturating_add(u64::from(c - b'0'))
+    }))
 }
 
 /// True when an order count is in the allowed range.
@@ -116,7 +128,9 @@ mod tests {
         assert_eq!(parse_price("0.01"), Some(1));
         assert_eq!(parse_price("0.99"), Some(99));
         assert_eq!(parse_price("0.50"), Some(50));
-        for bad in ["0.00", "1.00", "0.5", ".50", "0.500", "00.5", "0,50", "", "0.-1"] {
+        for bad in [
+            "0.00", "1.00", "0.5", ".50", "0.500", "00.5", "0,50", "", "0.-1",
+        ] {
             assert_eq!(parse_price(bad), None, "{bad}");
         }
         assert_eq!(parse_count("0"), Some(0));

@@ -54,7 +54,11 @@ pub fn parse_e8(text: &str) -> Option<i64> {
         return None;
     }
     let whole: i64 = whole.parse().ok()?;
-    let frac_value: i64 = if frac.is_empty() { 0 } else { frac.parse::<i64>().ok()? * 10i64.pow(8 - frac.len() as u32) };
+    let frac_value: i64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<i64>().ok()? * 10i64.pow(8 - frac.len() as u32)
+    };
     Some(whole * 100_000_000 + frac_value)
 }
 
@@ -68,7 +72,11 @@ pub fn parse_dollars(text: &str) -> Option<Cents> {
         return None;
     }
     let whole: i64 = whole.parse().ok()?;
-    let frac: i64 = if frac.is_empty() { 0 } else { frac.parse::<i64>().ok()? * if frac.len() == 1 { 10 } else { 1 } };
+    let frac: i64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse::<i64>().ok()? * if frac.len() == 1 { 10 } else { 1 }
+    };
     Some(whole * 100 + frac)
 }
 

@@ -1,12 +1,12 @@
 //! The spec's records as JSON, written from the state. One function per
 //! record so every endpoint and channel writes a record the same way.
 
-use serde_json::{json, Map, Value};
 use sequencer::query::{BalanceView, OrderbookView, PositionView};
 use sequencer::state::{Fill, Key, Market, Order, Trade};
 use sequencer::types::{flip, MarketStatus};
 use sequencer::wire::{average_price, dollars, price, price_e8};
 use sequencer::State;
+use serde_json::{json, Map, Value};
 
 fn ticker(state: &State, market: u32) -> &str {
     state.market(market).map_or("", |m| m.ticker.as_str())
@@ -29,7 +29,10 @@ pub fn order(state: &State, o: &Order) -> Value {
     map.insert("fill_count".into(), o.filled.to_string().into());
     map.insert("remaining_count".into(), remaining(o).to_string().into());
     if o.filled > 0 {
-        map.insert("average_fill_price".into(), average_price(o.fill_cost, u64::from(o.filled)).into());
+        map.insert(
+            "average_fill_price".into(),
+            average_price(o.fill_cost, u64::from(o.filled)).into(),
+        );
         map.insert("fees_paid".into(), dollars(o.fees).into());
     }
     map.insert("created_ts_ms".into(), o.created_ts_ms.into());
@@ -85,7 +88,10 @@ pub fn market(state: &State, m: &Market) -> Value {
     map.insert("status".into(), m.status.as_str().into());
     map.insert("open_ts_ms".into(), m.open_ts_ms.into());
     map.insert("close_ts_ms".into(), m.close_ts_ms.into());
-    map.insert("price_ranges".into(), json!([{ "start": "0.01", "end": "0.99", "step": "0.01" }]));
+    map.insert(
+        "price_ranges".into(),
+        json!([{ "start": "0.01", "end": "0.99", "step": "0.01" }]),
+    );
     map.insert("tick_size".into(), "0.01".into());
     if let Some(beat) = m.price_to_beat_e8 {
         map.insert("price_to_beat".into(), price_e8(beat).into());
@@ -131,7 +137,12 @@ pub fn trade(state: &State, t: &Trade) -> Value {
 
 /// Levels as `[price, count]` string pairs, best first.
 pub fn levels(levels: &[(u8, u64)]) -> Value {
-    Value::Array(levels.iter().map(|&(p, c)| json!([price(p), c.to_string()])).collect())
+    Value::Array(
+        levels
+            .iter()
+            .map(|&(p, c)| json!([price(p), c.to_string()]))
+            .collect(),
+    )
 }
 
 /// The REST order book.
@@ -171,7 +182,7 @@ pub fn account(key: &Key, server_time_ms: u64) -> Value {
 
 /// Cents as a JSON number of dollars (whole dollars stay integers).
 fn cents_number(cents: u64) -> Value {
-    if cents % 100 == 0 {
+    if cents.is_multiple_of(100) {
         (cents / 100).into()
     } else {
         serde_json::Number::from_f64(cents as f64 / 100.0).map_or(Value::Null, Value::Number)

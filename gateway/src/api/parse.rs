@@ -4,10 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
 use sequencer::limits::{ORDER_COUNT_MAX, ORDER_COUNT_MIN};
-use sequencer::types::{Action, ClientOrderId, MarketStatus, OrderStatus, Outcome, PriceCents, TimeInForce};
-use sequencer::validate::{count_in_range, is_market_ticker, is_series_ticker, parse_count, parse_price};
+use sequencer::types::{
+    Action, ClientOrderId, MarketStatus, OrderStatus, Outcome, PriceCents, TimeInForce,
+};
+use sequencer::validate::{
+    count_in_range, is_market_ticker, is_series_ticker, parse_count, parse_price,
+};
+use serde_json::Value;
 
 use crate::error::ApiError;
 
@@ -24,8 +28,16 @@ pub struct OrderBody {
     pub client_order_id: ClientOrderId,
 }
 
-const ORDER_FIELDS: [&str; 8] =
-    ["market_ticker", "outcome", "action", "price", "count", "time_in_force", "post_only", "client_order_id"];
+const ORDER_FIELDS: [&str; 8] = [
+    "market_ticker",
+    "outcome",
+    "action",
+    "price",
+    "count",
+    "time_in_force",
+    "post_only",
+    "client_order_id",
+];
 
 /// Parses POST /portfolio/orders.
 pub fn order_body(bytes: &[u8]) -> Result<OrderBody, ApiError> {
@@ -35,29 +47,37 @@ pub fn order_body(bytes: &[u8]) -> Result<OrderBody, ApiError> {
         return Err(ApiError::bad_request("The body must be a JSON object."));
     };
     if let Some(unknown) = map.keys().find(|k| !ORDER_FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::bad_request(format!("Unknown field {unknown}: the order body allows no other properties.")));
+        return Err(ApiError::bad_request(format!(
+            "Unknown field {unknown}: the order body allows no other properties."
+        )));
     }
     let text = |field: &str, required: bool| -> Result<Option<&str>, ApiError> {
         match map.get(field) {
             None if required => Err(ApiError::bad_request(format!("Missing field {field}."))),
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.as_str())),
-            Some(_) => Err(ApiError::bad_request(format!("Field {field} must be a string."))),
+            Some(_) => Err(ApiError::bad_request(format!(
+                "Field {field} must be a string."
+            ))),
         }
     };
     let market_ticker = text("market_ticker", true)?.unwrap_or_default();
     if !is_market_ticker(market_ticker) {
-        return Err(ApiError::bad_request("Field market_ticker does not match the market ticker pattern."));
+        return Err(ApiError::bad_request(
+            "Field market_ticker does not match the market ticker pattern.",
+        ));
     }
     let outcome = Outcome::parse(text("outcome", true)?.unwrap_or_default())
         .ok_or_else(|| ApiError::bad_request("Field outcome must be up or down."))?;
     let action = Action::parse(text("action", true)?.unwrap_or_default())
         .ok_or_else(|| ApiError::bad_request("Field action must be buy or sell."))?;
-    let price = parse_price(text("price", true)?.unwrap_or_default())
-        .ok_or_else(|| ApiError::bad_request("Field price must be 0.01 to 0.99 in whole cents, such as \"0.55\"."))?;
+    let price = parse_price(text("price", true)?.unwrap_or_default()).ok_or_else(|| {
+        ApiError::bad_request("Field price must be 0.01 to 0.99 in whole cents, such as \"0.55\".")
+    })?;
     let count_text = text("count", true)?.unwrap_or_default();
-    let count = parse_count(count_text)
-        .ok_or_else(|| ApiError::bad_request("Field count must be a string of whole contracts, such as \"10\"."))?;
+    let count = parse_count(count_text).ok_or_else(|| {
+        ApiError::bad_request("Field count must be a string of whole contracts, such as \"10\".")
+    })?;
     if !count_in_range(count) {
         return Err(ApiError::bad_request(format!(
             "Field count must be {ORDER_COUNT_MIN} to {ORDER_COUNT_MAX}."
@@ -66,7 +86,9 @@ pub fn order_body(bytes: &[u8]) -> Result<OrderBody, ApiError> {
     let time_in_force = match text("time_in_force", false)? {
         None => TimeInForce::GoodTillCanceled,
         Some(t) => TimeInForce::parse(t).ok_or_else(|| {
-            ApiError::bad_request("Field time_in_force must be good_till_canceled or immediate_or_cancel.")
+            ApiError::bad_request(
+                "Field time_in_force must be good_till_canceled or immediate_or_cancel.",
+            )
         })?,
     };
     let post_only = match map.get("post_only") {
@@ -75,7 +97,9 @@ pub fn order_body(bytes: &[u8]) -> Result<OrderBody, ApiError> {
         Some(_) => return Err(ApiError::bad_request("Field post_only must be a boolean.")),
     };
     let client_order_id = ClientOrderId::new(text("client_order_id", true)?.unwrap_or_default())
-        .ok_or_else(|| ApiError::bad_request("Field client_order_id must match ^[A-Za-z0-9._:-]{1,64}$."))?;
+        .ok_or_else(|| {
+            ApiError::bad_request("Field client_order_id must match ^[A-Za-z0-9._:-]{1,64}$.")
+        })?;
     Ok(OrderBody {
         market_ticker: market_ticker.to_string(),
         outcome,
@@ -106,7 +130,9 @@ impl Params {
                 )));
             }
             if map.insert(name.clone(), value).is_some() {
-                return Err(ApiError::bad_request(format!("Query parameter {name} is given twice.")));
+                return Err(ApiError::bad_request(format!(
+                    "Query parameter {name} is given twice."
+                )));
             }
         }
         Ok(Self(map))
@@ -118,46 +144,54 @@ impl Params {
 
     pub fn market_ticker(&self, name: &str) -> Result<Option<String>, ApiError> {
         match self.get(name) {
-            Some(t) if !is_market_ticker(t) => {
-                Err(ApiError::bad_request(format!("Parameter {name} does not match the market ticker pattern.")))
-            }
+            Some(t) if !is_market_ticker(t) => Err(ApiError::bad_request(format!(
+                "Parameter {name} does not match the market ticker pattern."
+            ))),
             other => Ok(other.map(str::to_string)),
         }
     }
 
     pub fn series_ticker(&self, name: &str) -> Result<Option<String>, ApiError> {
         match self.get(name) {
-            Some(t) if !is_series_ticker(t) => {
-                Err(ApiError::bad_request(format!("Parameter {name} does not match the series ticker pattern.")))
-            }
+            Some(t) if !is_series_ticker(t) => Err(ApiError::bad_request(format!(
+                "Parameter {name} does not match the series ticker pattern."
+            ))),
             other => Ok(other.map(str::to_string)),
         }
     }
 
     /// An integer in `min..=max`.
     pub fn bounded(&self, name: &str, min: u32, max: u32) -> Result<Option<u32>, ApiError> {
-        let Some(text) = self.get(name) else { return Ok(None) };
+        let Some(text) = self.get(name) else {
+            return Ok(None);
+        };
         match parse_count(text) {
             Some(n) if n >= u64::from(min) && n <= u64::from(max) => Ok(Some(n as u32)),
-            _ => Err(ApiError::bad_request(format!("Parameter {name} must be an integer from {min} to {max}."))),
+            _ => Err(ApiError::bad_request(format!(
+                "Parameter {name} must be an integer from {min} to {max}."
+            ))),
         }
     }
 
     /// A cursor `^\d+$`.
     pub fn cursor(&self) -> Result<Option<u64>, ApiError> {
-        let Some(text) = self.get("cursor") else { return Ok(None) };
+        let Some(text) = self.get("cursor") else {
+            return Ok(None);
+        };
         if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) || text.len() > 19 {
             return Err(ApiError::bad_request("Parameter cursor must match ^\\d+$."));
         }
-        text.parse().map(Some).map_err(|_| ApiError::bad_request("Parameter cursor is out of range."))
+        text.parse()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request("Parameter cursor is out of range."))
     }
 
     pub fn order_status(&self) -> Result<Option<OrderStatus>, ApiError> {
         match self.get("status") {
             None => Ok(None),
-            Some(s) => OrderStatus::parse(s)
-                .map(Some)
-                .ok_or_else(|| ApiError::bad_request("Parameter status must be resting, executed or canceled.")),
+            Some(s) => OrderStatus::parse(s).map(Some).ok_or_else(|| {
+                ApiError::bad_request("Parameter status must be resting, executed or canceled.")
+            }),
         }
     }
 
@@ -165,7 +199,9 @@ impl Params {
         match self.get("status") {
             None => Ok(None),
             Some(s) => MarketStatus::parse(s).map(Some).ok_or_else(|| {
-                ApiError::bad_request("Parameter status must be scheduled, open, closed or settled.")
+                ApiError::bad_request(
+                    "Parameter status must be scheduled, open, closed or settled.",
+                )
             }),
         }
     }
@@ -173,9 +209,11 @@ impl Params {
     pub fn client_order_id(&self) -> Result<Option<ClientOrderId>, ApiError> {
         match self.get("client_order_id") {
             None => Ok(None),
-            Some(s) => ClientOrderId::new(s)
-                .map(Some)
-                .ok_or_else(|| ApiError::bad_request("Parameter client_order_id must match ^[A-Za-z0-9._:-]{1,64}$.")),
+            Some(s) => ClientOrderId::new(s).map(Some).ok_or_else(|| {
+                ApiError::bad_request(
+                    "Parameter client_order_id must match ^[A-Za-z0-9._:-]{1,64}$.",
+                )
+            }),
         }
     }
 }
@@ -188,10 +226,14 @@ pub fn decode(text: &str) -> Result<String, ApiError> {
     while i < bytes.len() {
         match bytes[i] {
             b'%' => {
-                let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok());
                 let byte = hex
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| ApiError::bad_request("The query string has a bad percent escape."))?;
+                    .ok_or_else(|| {
+                        ApiError::bad_request("The query string has a bad percent escape.")
+                    })?;
                 out.push(byte);
                 i += 3;
             }
@@ -233,18 +275,42 @@ mod tests {
             (r#"{"x":1}"#, "Unknown field x"),
             ("[]", "JSON object"),
             ("{", "not valid JSON"),
-            (&GOOD.replace(r#""price":"0.55""#, r#""price":0.55"#), "price must be a string"),
+            (
+                &GOOD.replace(r#""price":"0.55""#, r#""price":0.55"#),
+                "price must be a string",
+            ),
             (&GOOD.replace("0.55", "0.555"), "Field price"),
-            (&GOOD.replace(r#""count":"10""#, r#""count":"10001""#), "Field count must be 1 to 10000"),
-            (&GOOD.replace(r#""count":"10""#, r#""count":"0""#), "Field count must be 1"),
-            (&GOOD.replace(r#""count":"10""#, r#""count":"010""#), "Field count must be a string"),
+            (
+                &GOOD.replace(r#""count":"10""#, r#""count":"10001""#),
+                "Field count must be 1 to 10000",
+            ),
+            (
+                &GOOD.replace(r#""count":"10""#, r#""count":"0""#),
+                "Field count must be 1",
+            ),
+            (
+                &GOOD.replace(r#""count":"10""#, r#""count":"010""#),
+                "Field count must be a string",
+            ),
             (&GOOD.replace("\"up\"", "\"sideways\""), "Field outcome"),
             (&GOOD.replace("\"buy\"", "\"hold\""), "Field action"),
             (&GOOD.replace("a1", "bad id"), "Field client_order_id"),
-            (&GOOD.replace("btc-1m-261121-2100-2101", "BTC"), "Field market_ticker"),
-            (&GOOD.replace(r#","client_order_id":"a1""#, ""), "Missing field client_order_id"),
-            (&GOOD.replace('}', r#","post_only":"yes"}"#), "post_only must be a boolean"),
-            (&GOOD.replace('}', r#","time_in_force":"fok"}"#), "time_in_force"),
+            (
+                &GOOD.replace("btc-1m-261121-2100-2101", "BTC"),
+                "Field market_ticker",
+            ),
+            (
+                &GOOD.replace(r#","client_order_id":"a1""#, ""),
+                "Missing field client_order_id",
+            ),
+            (
+                &GOOD.replace('}', r#","post_only":"yes"}"#),
+                "post_only must be a boolean",
+            ),
+            (
+                &GOOD.replace('}', r#","time_in_force":"fok"}"#),
+                "time_in_force",
+            ),
         ];
         for (text, expected) in cases {
             let message = body(text).unwrap_err();
@@ -254,7 +320,11 @@ mod tests {
 
     #[test]
     fn query_parameters() {
-        let params = Params::parse(Some("limit=5&cursor=12&market_ticker=btc-1m-261121-2100-2101"), &["limit", "cursor", "market_ticker"]).unwrap();
+        let params = Params::parse(
+            Some("limit=5&cursor=12&market_ticker=btc-1m-261121-2100-2101"),
+            &["limit", "cursor", "market_ticker"],
+        )
+        .unwrap();
         assert_eq!(params.bounded("limit", 1, 500).unwrap(), Some(5));
         assert_eq!(params.cursor().unwrap(), Some(12));
         assert!(Params::parse(Some("nope=1"), &["limit"]).is_err());

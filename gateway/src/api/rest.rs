@@ -25,6 +25,43 @@ use crate::auth::{self, Lockout};
 use crate::engine::{Answer, Submitter};
 use crate::error::ApiError;
 
+/// An `{order_id}` path segment; one that cannot be read is no order.
+pub struct OrderIdParam(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for OrderIdParam {
+    type Rejection = ApiError;
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(id)| Self(id))
+            .map_err(|_| ApiError::new(ErrorCode::OrderNotFound, "No such order on this account."))
+    }
+}
+
+/// A `{ticker}` path segment; one that cannot be read is a bad request.
+pub struct TickerParam(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for TickerParam {
+    type Rejection = ApiError;
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(t)| Self(t))
+            .map_err(|_| ApiError::bad_request("The ticker in the path is not valid UTF-8."))
+    }
+}
+
+/// Refuses any query parameter on endpoints that take none.
+fn no_params(uri: &Uri) -> Result<(), ApiError> {
+    Params::parse(uri.query(), &[]).map(|_| ())
+}
+
 /// Largest request body, in bytes.
 pub const BODY_BYTES_MAX: usize = 16 * 1024;
 
@@ -194,8 +231,12 @@ async fn place_order(
     State(app): Shared,
     ConnectInfo(peer): Peer,
     headers: HeaderMap,
+    uri: Uri,
     body: Body,
 ) -> Response {
+    if let Err(e) = no_params(&uri) {
+        return e.into_response();
+    }
     let caller = match app.caller(&headers, peer.ip(), true) {
         Ok(c) => c,
         Err(e) => return e.into_response(),
@@ -265,8 +306,12 @@ async fn cancel_order(
     State(app): Shared,
     ConnectInfo(peer): Peer,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    OrderIdParam(id): OrderIdParam,
+    uri: Uri,
 ) -> Response {
+    if let Err(e) = no_params(&uri) {
+        return e.into_response();
+    }
     let caller = match app.caller(&headers, peer.ip(), false) {
         Ok(c) => c,
         Err(e) => return e.into_response(),
@@ -351,8 +396,12 @@ async fn get_order(
     State(app): Shared,
     ConnectInfo(peer): Peer,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    OrderIdParam(id): OrderIdParam,
+    uri: Uri,
 ) -> Response {
+    if let Err(e) = no_params(&uri) {
+        return e.into_response();
+    }
     app.keyed_read(&headers, peer.ip(), move |state, key| {
         let order = state.query_order(key, parse_order_id(&id)?)?;
         ok(
@@ -473,7 +522,15 @@ async fn balance(
     .await
 }
 
-async fn account(State(app): Shared, ConnectInfo(peer): Peer, headers: HeaderMap) -> Response {
+async fn account(
+    State(app): Shared,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    if let Err(e) = no_params(&uri) {
+        return e.into_response();
+    }
     app.keyed_read(&headers, peer.ip(), |state, key| {
         let key = state.query_account(key)?;
         ok(
@@ -521,7 +578,7 @@ fn checked_ticker(ticker: &str) -> Result<(), ApiError> {
     }
 }
 
-async fn market(State(app): Shared, Path(ticker): Path<String>, uri: Uri) -> Response {
+async fn market(State(app): Shared, TickerParam(ticker): TickerParam, uri: Uri) -> Response {
     if let Err(e) =
         checked_ticker(&ticker).and_then(|_| Params::parse(uri.query(), &[]).map(|_| ()))
     {
@@ -536,7 +593,7 @@ async fn market(State(app): Shared, Path(ticker): Path<String>, uri: Uri) -> Res
     .await
 }
 
-async fn orderbook(State(app): Shared, Path(ticker): Path<String>, uri: Uri) -> Response {
+async fn orderbook(State(app): Shared, TickerParam(ticker): TickerParam, uri: Uri) -> Response {
     let depth = checked_ticker(&ticker)
         .and_then(|_| Params::parse(uri.query(), &["depth"]))
         .and_then(|p| p.bounded("depth", 1, 99));
@@ -554,7 +611,7 @@ async fn orderbook(State(app): Shared, Path(ticker): Path<String>, uri: Uri) -> 
     .await
 }
 
-async fn trades(State(app): Shared, Path(ticker): Path<String>, uri: Uri) -> Response {
+async fn trades(State(app): Shared, TickerParam(ticker): TickerParam, uri: Uri) -> Response {
     let params = checked_ticker(&ticker)
         .and_then(|_| Params::parse(uri.query(), &["limit", "cursor"]))
         .and_then(|p| Ok((p.bounded("limit", 1, LIST_LIMIT_MAX)?, p.cursor()?)));
