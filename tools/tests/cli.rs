@@ -1,0 +1,347 @@
+//! The `updown` binary as an operator uses it: `serve` in a child process,
+//! `admin` commands against it (tables and `--json`), clear errors for bad
+//! admin input, and a graceful SIGTERM that keeps everything for the restart.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_updown");
+
+struct Serve {
+    child: Child,
+    demo_key: Option<String>,
+    addr: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(dir: &Path, demo: bool) -> Serve {
+    let (port, admin_port) = (free_port(), free_port());
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--data-dir"])
+        .arg(dir)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin_port}"),
+        ])
+        .env("UPDOWN_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if demo {
+        command.arg("--demo");
+    }
+    let mut child = command.spawn().expect("start updown serve");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut demo_key = None;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("serve prints its banner");
+        if let Some(pos) = line.find("tk_test_") {
+            demo_key = Some(line[pos..].split_whitespace().next().unwrap().to_string());
+        }
+        if line.starts_with("demo account already")
+            || (line.contains("listening on") && !demo)
+            || demo_key.is_some()
+        {
+            break;
+        }
+    }
+    Serve {
+        child,
+        demo_key,
+        addr: format!("127.0.0.1:{port}"),
+    }
+}
+
+fn admin(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(BIN)
+        .arg("admin")
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into(),
+        String::from_utf8_lossy(&output.stderr).into(),
+    )
+}
+
+fn admin_json(dir: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (ok, out, err) = admin(dir, &all);
+    assert!(ok, "admin {args:?} failed: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|_| panic!("admin {args:?} printed no JSON: {out}"))
+}
+
+fn sigterm(child: &mut Child) -> std::process::ExitStatus {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn http(addr: &str, method: &str, path: &str, key: &str, body: Option<&str>) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let body = body.unwrap_or("");
+    write!(
+        stream,
+        "{method} /v1{path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let json = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .and_then(|b| serde_json::from_str(b).ok())
+        .unwrap_or(Value::Null);
+    (status, json)
+}
+
+#[test]
+fn admin_commands_work_and_refuse_bad_input_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve(dir.path(), false);
+    let d = dir.path();
+
+    let created = admin_json(d, &["account", "create", "--cash", "250.50"]);
+    let id = created["account_id"].as_u64().unwrap().to_string();
+    admin_json(d, &["account", "accept-terms", &id]);
+    admin_json(d, &["account", "allow-trading", &id]);
+    admin_json(d, &["account", "deposit", &id, "10"]);
+    admin_json(d, &["account", "withdraw", &id, "0.50"]);
+    let shown = admin_json(d, &["account", "show", &id]);
+    assert_eq!(shown["cash"], "260.00");
+    assert_eq!(shown["terms_accepted"], true);
+    assert_eq!(shown["trading_allowed"], true);
+
+    let key = admin_json(
+        d,
+        &[
+            "key",
+            "issue",
+            "--account",
+            &id,
+            "--scopes",
+            "read,trade",
+            "--name",
+            "bot",
+            "--max-order-usd",
+            "50",
+            "--series",
+            "btc-1m,btc-5m",
+            "--ip",
+            "127.0.0.1",
+            "--expires-days",
+            "30",
+        ],
+    );
+    let secret_key = key["key"].as_str().unwrap().to_string();
+    assert!(secret_key.starts_with("tk_test_"));
+    let key_id = key["key_id"].as_str().unwrap().to_string();
+    let listed = admin_json(d, &["key", "list", "--account", &id]);
+    let listed_text = listed.to_string();
+    assert!(listed_text.contains(&key_id));
+    let secret = secret_key.rsplit('_').next().unwrap();
+    assert!(
+        !listed_text.contains(secret),
+        "key list never shows a secret"
+    );
+    assert_eq!(listed["keys"][0]["limits"]["max_order_usd"], 50);
+
+    // The readable form is a table with a header row.
+    let (ok, table, _) = admin(d, &["key", "list", "--account", &id]);
+    assert!(ok);
+    assert!(table.lines().next().unwrap().contains("key_id"));
+    assert!(table.contains(&key_id));
+    let (ok, series, _) = admin(d, &["series", "list"]);
+    assert!(ok && series.contains("btc-15m") && series.contains("aapl-60m"));
+    let markets = admin_json(d, &["markets", "list"]);
+    assert!(markets["markets"].as_array().unwrap().len() >= 5);
+
+    // The key works, and pausing refuses its orders.
+    let (status, account) = http(&server.addr, "GET", "/account", &secret_key, None);
+    assert_eq!(status, 200, "{account}");
+    admin_json(d, &["trading", "pause"]);
+    let body = format!(
+        r#"{{"market_ticker":"{}","outcome":"up","action":"buy","price":"0.10","count":"1","client_order_id":"p1"}}"#,
+        markets["markets"][0]["ticker"].as_str().unwrap()
+    );
+    let (status, refused) = http(
+        &server.addr,
+        "POST",
+        "/portfolio/orders",
+        &secret_key,
+        Some(&body),
+    );
+    assert_eq!(
+        (status, refused["code"].as_str()),
+        (503, Some("TRADING_PAUSED"))
+    );
+    admin_json(d, &["trading", "resume"]);
+    admin_json(d, &["key", "revoke", &key_id]);
+    let (status, revoked) = http(&server.addr, "GET", "/account", &secret_key, None);
+    assert_eq!(
+        (status, revoked["message"].as_str()),
+        (401, Some("This API key has been revoked."))
+    );
+
+    // Bad input answers with a clear error and a failing exit status.
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "key".into(),
+                "issue".into(),
+                "--account".into(),
+                "999".into(),
+            ],
+            "account 999 does not exist",
+        ),
+        (
+            vec!["account".into(), "deposit".into(), "999".into(), "5".into()],
+            "account 999 does not exist",
+        ),
+        (
+            vec![
+                "key".into(),
+                "issue".into(),
+                "--account".into(),
+                id.clone(),
+                "--expires-days".into(),
+                "366".into(),
+            ],
+            "1 to 365",
+        ),
+        (
+            vec![
+                "key".into(),
+                "issue".into(),
+                "--account".into(),
+                id.clone(),
+                "--expires-days".into(),
+                "0".into(),
+            ],
+            "1 to 365",
+        ),
+        (
+            [
+                vec!["key".into(), "issue".into(), "--account".into(), id.clone()],
+                (0..11)
+                    .flat_map(|i| vec!["--ip".to_string(), format!("10.0.0.{i}")])
+                    .collect(),
+            ]
+            .concat(),
+            "at most 10 addresses",
+        ),
+        (
+            vec![
+                "account".into(),
+                "withdraw".into(),
+                id.clone(),
+                "100000".into(),
+            ],
+            "INSUFFICIENT_BALANCE",
+        ),
+        (
+            vec!["account".into(), "deposit".into(), id.clone(), "abc".into()],
+            "dollar amount",
+        ),
+    ];
+    for (args, expected) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, _, err) = admin(d, &args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    for _ in 0..5 {
+        admin_json(d, &["key", "issue", "--account", &id, "--scopes", "read"]);
+    }
+    let (ok, _, err) = admin(d, &["key", "issue", "--account", &id]);
+    assert!(!ok && err.contains("already has 5 active keys"), "{err}");
+
+    assert!(sigterm(&mut server.child).success());
+    let (ok, _, err) = admin(d, &["series", "list"]);
+    assert!(!ok && err.contains("no running server"), "{err}");
+}
+
+#[test]
+fn demo_then_sigterm_then_restart_keeps_the_account_and_its_orders() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve(dir.path(), true);
+    let key = server.demo_key.clone().expect("serve --demo prints a key");
+    let (status, markets) = http(
+        &server.addr,
+        "GET",
+        "/markets?series_ticker=aapl-60m&status=open",
+        &key,
+        None,
+    );
+    assert_eq!(status, 200);
+    let ticker = markets["markets"][0]["ticker"]
+        .as_str()
+        .expect("an open aapl-60m window")
+        .to_string();
+    let body = format!(
+        r#"{{"market_ticker":"{ticker}","outcome":"up","action":"buy","price":"0.20","count":"5","client_order_id":"keep-me"}}"#
+    );
+    let (status, placed) = http(&server.addr, "POST", "/portfolio/orders", &key, Some(&body));
+    assert_eq!(status, 201, "{placed}");
+    let (_, balance_before) = http(&server.addr, "GET", "/portfolio/balance", &key, None);
+    assert!(
+        sigterm(&mut server.child).success(),
+        "a graceful stop exits 0"
+    );
+
+    let mut again = serve(dir.path(), true);
+    assert!(again.demo_key.is_none(), "the demo account is created once");
+    let (status, order) = http(
+        &again.addr,
+        "GET",
+        &format!(
+            "/portfolio/orders/{}",
+            placed["order"]["order_id"].as_str().unwrap()
+        ),
+        &key,
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(order["order"]["client_order_id"], "keep-me");
+    let (_, balance_after) = http(&again.addr, "GET", "/portfolio/balance", &key, None);
+    assert_eq!(balance_before, balance_after);
+    assert!(sigterm(&mut again.child).success());
+}
