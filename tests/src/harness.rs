@@ -5,7 +5,8 @@
 use sequencer::command::{AccountFlag, NewKey, NewOrder, SeriesConfig, Stamped, VenueConfig};
 use sequencer::state::Order;
 use sequencer::types::{
-    AccountId, Action, ClientOrderId, Environment, KeyIdx, KeyLimits, MarketId, Outcome, Scopes, TimeInForce,
+    AccountId, Action, ClientOrderId, Environment, KeyIdx, KeyLimits, MarketId, Outcome, Scopes,
+    TimeInForce,
 };
 use sequencer::{Command, ErrorCode, Event, Reject, Reply, State};
 
@@ -64,7 +65,11 @@ impl Venue {
     pub fn with_series(series: SeriesConfig) -> Self {
         let mut venue = Self::empty();
         venue.ok(Command::Configure(VenueConfig::default()));
-        venue.ok(Command::Price { symbol: series.symbol.clone(), price_e8: 100 * 100_000_000, t_ms: T0 });
+        venue.ok(Command::Price {
+            symbol: series.symbol.clone(),
+            price_e8: 100 * 100_000_000,
+            t_ms: T0,
+        });
         venue.ok(Command::CreateSeries(series));
         venue
     }
@@ -88,7 +93,11 @@ impl Venue {
     pub fn run(&mut self, command: Command) -> Reply {
         self.seq += 1;
         self.events.clear();
-        let stamped = Stamped { seq: self.seq, ts_ms: self.now, command };
+        let stamped = Stamped {
+            seq: self.seq,
+            ts_ms: self.now,
+            command,
+        };
         let reply = self.state.apply(&stamped, &mut self.events);
         self.log.push(stamped.clone());
         if self.check {
@@ -102,7 +111,10 @@ impl Venue {
     /// Runs a command that must succeed.
     pub fn ok(&mut self, command: Command) -> Reply {
         let reply = self.run(command.clone());
-        assert!(reply.rejection().is_none(), "{command:?} was refused: {reply:?}");
+        assert!(
+            reply.rejection().is_none(),
+            "{command:?} was refused: {reply:?}"
+        );
         reply
     }
 
@@ -114,24 +126,45 @@ impl Venue {
 
     /// An underlying print at the current time.
     pub fn print(&mut self, price: i64) {
-        self.ok(Command::Price { symbol: SYMBOL.into(), price_e8: price * 100_000_000, t_ms: self.now });
+        self.ok(Command::Price {
+            symbol: SYMBOL.into(),
+            price_e8: price * 100_000_000,
+            t_ms: self.now,
+        });
     }
 
     /// A funded account with terms accepted and trading allowed, and a key.
     pub fn trader(&mut self, cents: i64) -> Trader {
         let account = self.account(cents);
-        let key = self.key(account, Scopes { read: true, trade: true }, big_limits());
+        let key = self.key(
+            account,
+            Scopes {
+                read: true,
+                trade: true,
+            },
+            big_limits(),
+        );
         Trader { account, key }
     }
 
     /// A funded account able to trade, with no key yet.
     pub fn account(&mut self, cents: i64) -> AccountId {
-        let Reply::AccountCreated { account } = self.ok(Command::CreateAccount) else { unreachable!() };
+        let Reply::AccountCreated { account } = self.ok(Command::CreateAccount) else {
+            unreachable!()
+        };
         if cents > 0 {
             self.ok(Command::Deposit { account, cents });
         }
-        self.ok(Command::SetAccountFlag { account, flag: AccountFlag::TermsAccepted, value: true });
-        self.ok(Command::SetAccountFlag { account, flag: AccountFlag::TradingAllowed, value: true });
+        self.ok(Command::SetAccountFlag {
+            account,
+            flag: AccountFlag::TermsAccepted,
+            value: true,
+        });
+        self.ok(Command::SetAccountFlag {
+            account,
+            flag: AccountFlag::TradingAllowed,
+            value: true,
+        });
         account
     }
 
@@ -139,7 +172,9 @@ impl Venue {
     pub fn key(&mut self, account: AccountId, scopes: Scopes, limits: KeyLimits) -> KeyIdx {
         let new_key = self.new_key(account, scopes, limits);
         let reply = self.run(Command::IssueKey(new_key));
-        let Reply::KeyIssued { key } = reply else { panic!("key refused: {reply:?}") };
+        let Reply::KeyIssued { key } = reply else {
+            panic!("key refused: {reply:?}")
+        };
         key
     }
 
@@ -169,7 +204,9 @@ impl Venue {
         let s = self.state.series_by_ticker(series).expect("series exists");
         *s.markets
             .iter()
-            .find(|&&m| self.state.markets[m as usize].status == sequencer::types::MarketStatus::Open)
+            .find(|&&m| {
+                self.state.markets[m as usize].status == sequencer::types::MarketStatus::Open
+            })
             .expect("an open market")
     }
 
@@ -194,7 +231,10 @@ impl Venue {
 
     /// Places a prepared order.
     pub fn place_order(&mut self, trader: Trader, order: NewOrder) -> Result<Order, Reject> {
-        match self.run(Command::PlaceOrder { key: trader.key, order }) {
+        match self.run(Command::PlaceOrder {
+            key: trader.key,
+            order,
+        }) {
             Reply::Order { order, .. } => Ok(order),
             Reply::Rejected(reject) => Err(reject),
             other => panic!("unexpected reply {other:?}"),
@@ -214,7 +254,10 @@ impl Venue {
 
     /// Cancels an order.
     pub fn cancel(&mut self, trader: Trader, order: u64) -> Result<Order, Reject> {
-        match self.run(Command::CancelOrder { key: trader.key, order_id: order }) {
+        match self.run(Command::CancelOrder {
+            key: trader.key,
+            order_id: order,
+        }) {
             Reply::Order { order, .. } => Ok(order),
             Reply::Rejected(reject) => Err(reject),
             other => panic!("unexpected reply {other:?}"),
@@ -223,7 +266,10 @@ impl Venue {
 
     /// Buying power of a trader, in cents.
     pub fn buying_power(&self, trader: Trader) -> i64 {
-        self.state.account(trader.account).expect("account").buying_power()
+        self.state
+            .account(trader.account)
+            .expect("account")
+            .buying_power()
     }
 
     /// Cash of a trader, in cents.
@@ -234,7 +280,12 @@ impl Venue {
     /// Contracts of an outcome held in the open market.
     pub fn position(&self, trader: Trader, outcome: Outcome) -> u64 {
         let key = sequencer::state::position_key(self.market(), outcome);
-        self.state.account(trader.account).expect("account").positions.get(&key).map_or(0, |p| p.count)
+        self.state
+            .account(trader.account)
+            .expect("account")
+            .positions
+            .get(&key)
+            .map_or(0, |p| p.count)
     }
 
     /// The open market's book as `up:p:c,...|down:p:c,...` (the checksum text).
@@ -259,12 +310,18 @@ pub fn big_limits() -> KeyLimits {
 /// Parses `"buy up 0.55 x10 [ioc|gtc] [post_only] [id=...]"`.
 pub fn parse_order(market: MarketId, text: &str, default_id: &str) -> NewOrder {
     let words: Vec<&str> = text.split_whitespace().collect();
-    assert!(words.len() >= 4, "order text needs action, outcome, price and count: {text}");
+    assert!(
+        words.len() >= 4,
+        "order text needs action, outcome, price and count: {text}"
+    );
     let action = Action::parse(words[0]).expect("buy or sell");
     let outcome = Outcome::parse(words[1]).expect("up or down");
     let price = sequencer::validate::parse_price(words[2])
         .unwrap_or_else(|| words[2].parse::<u8>().expect("price such as 0.55"));
-    let count = words[3].trim_start_matches('x').parse().expect("count such as x10");
+    let count = words[3]
+        .trim_start_matches('x')
+        .parse()
+        .expect("count such as x10");
     let mut order = NewOrder {
         market,
         outcome,
@@ -280,7 +337,9 @@ pub fn parse_order(market: MarketId, text: &str, default_id: &str) -> NewOrder {
             "ioc" => order.time_in_force = TimeInForce::ImmediateOrCancel,
             "gtc" => order.time_in_force = TimeInForce::GoodTillCanceled,
             "post_only" => order.post_only = true,
-            w if w.starts_with("id=") => order.client_order_id = ClientOrderId::new(&w[3..]).expect("valid id"),
+            w if w.starts_with("id=") => {
+                order.client_order_id = ClientOrderId::new(&w[3..]).expect("valid id")
+            }
             other => panic!("unknown word {other} in {text}"),
         }
     }

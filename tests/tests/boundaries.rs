@@ -4,12 +4,16 @@
 use std::path::{Path, PathBuf};
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 /// Dependency names declared in a crate's Cargo.toml (all tables).
 fn dependencies(krate: &str) -> Vec<String> {
-    let manifest = std::fs::read_to_string(workspace().join(krate).join("Cargo.toml")).expect("manifest");
+    let manifest =
+        std::fs::read_to_string(workspace().join(krate).join("Cargo.toml")).expect("manifest");
     let mut names = Vec::new();
     let mut in_deps = false;
     for line in manifest.lines() {
@@ -47,19 +51,45 @@ fn sources(krate: &str) -> Vec<(PathBuf, String)> {
 #[test]
 fn the_sequencer_depends_on_no_async_network_file_time_or_random_crate() {
     let forbidden = [
-        "tokio", "axum", "hyper", "memmap2", "rand", "fastwebsockets", "journal", "replay", "gateway", "chrono",
-        "time", "getrandom", "crossbeam", "rtrb", "tracing",
+        "tokio",
+        "axum",
+        "hyper",
+        "memmap2",
+        "rand",
+        "fastwebsockets",
+        "journal",
+        "replay",
+        "gateway",
+        "chrono",
+        "time",
+        "getrandom",
+        "crossbeam",
+        "rtrb",
+        "tracing",
     ];
     for dep in dependencies("sequencer") {
-        assert!(!forbidden.contains(&dep.as_str()), "sequencer must not depend on {dep}");
+        assert!(
+            !forbidden.contains(&dep.as_str()),
+            "sequencer must not depend on {dep}"
+        );
     }
 }
 
 #[test]
 fn the_sequencer_reads_no_clock_disk_network_randomness_or_hash_seed() {
     let forbidden = [
-        "std::fs", "std::net", "std::thread", "std::time", "SystemTime", "Instant", "thread_rng", "HashMap",
-        "HashSet", "std::env", "std::process", "std::io",
+        "std::fs",
+        "std::net",
+        "std::thread",
+        "std::time",
+        "SystemTime",
+        "Instant",
+        "thread_rng",
+        "HashMap",
+        "HashSet",
+        "std::env",
+        "std::process",
+        "std::io",
     ];
     for (path, text) in sources("sequencer") {
         for word in forbidden {
@@ -71,7 +101,10 @@ fn the_sequencer_reads_no_clock_disk_network_randomness_or_hash_seed() {
 #[test]
 fn the_journal_knows_nothing_of_orders() {
     for dep in dependencies("journal") {
-        assert!(dep != "sequencer" && dep != "replay" && dep != "gateway", "journal must not depend on {dep}");
+        assert!(
+            dep != "sequencer" && dep != "replay" && dep != "gateway",
+            "journal must not depend on {dep}"
+        );
     }
     for (path, text) in sources("journal") {
         for word in ["sequencer::", "OrderId", "AccountId", "Outcome", "MarketId"] {
@@ -84,7 +117,10 @@ fn the_journal_knows_nothing_of_orders() {
 fn only_the_gateway_uses_the_web_stack() {
     for krate in ["sequencer", "journal", "replay"] {
         for dep in dependencies(krate) {
-            assert!(!["axum", "hyper", "fastwebsockets", "tokio"].contains(&dep.as_str()), "{krate} depends on {dep}");
+            assert!(
+                !["axum", "hyper", "fastwebsockets", "tokio"].contains(&dep.as_str()),
+                "{krate} depends on {dep}"
+            );
         }
     }
 }

@@ -71,10 +71,16 @@ fn an_ioc_cancels_what_does_not_fill() {
     let mut v = Venue::new();
     let (a, b) = (v.trader(100_00), v.trader(100_00));
     let none = v.place(b, "buy up 0.55 x10 ioc").unwrap();
-    assert_eq!((none.status, none.filled, none.hold), (OrderStatus::Canceled, 0, 0));
+    assert_eq!(
+        (none.status, none.filled, none.hold),
+        (OrderStatus::Canceled, 0, 0)
+    );
     v.place(a, "buy down 0.45 x4").unwrap();
     let part = v.place(b, "buy up 0.55 x10 ioc").unwrap();
-    assert_eq!((part.status, part.filled, part.hold), (OrderStatus::Canceled, 4, 0));
+    assert_eq!(
+        (part.status, part.filled, part.hold),
+        (OrderStatus::Canceled, 4, 0)
+    );
     v.place(a, "buy down 0.45 x3").unwrap();
     let full = v.place(b, "buy up 0.55 x3 ioc").unwrap();
     assert_eq!((full.status, full.filled), (OrderStatus::Executed, 3));
@@ -89,10 +95,16 @@ fn a_resting_order_filled_by_later_orders_becomes_executed_and_releases_its_hold
     let resting = v.place(a, "buy up 0.55 x10").unwrap();
     v.place(b, "buy down 0.45 x4").unwrap();
     let after = *v.state.order(resting.id).unwrap();
-    assert_eq!((after.status, after.filled, after.hold), (OrderStatus::Resting, 4, 6 * 57));
+    assert_eq!(
+        (after.status, after.filled, after.hold),
+        (OrderStatus::Resting, 4, 6 * 57)
+    );
     v.place(b, "buy down 0.45 x6").unwrap();
     let done = *v.state.order(resting.id).unwrap();
-    assert_eq!((done.status, done.filled, done.hold), (OrderStatus::Executed, 10, 0));
+    assert_eq!(
+        (done.status, done.filled, done.hold),
+        (OrderStatus::Executed, 10, 0)
+    );
     assert_eq!(v.state.account(a.account).unwrap().held, 0);
     assert_eq!(v.cash(a), 100_00 - 5_50);
 }
@@ -117,14 +129,35 @@ fn cancel_all_cancels_resting_orders_and_honours_its_filters() {
     let first = v.place(a, "buy up 0.30 x1").unwrap();
     let second = v.place(a, "buy down 0.30 x1").unwrap();
     let this_market = v.state.markets[v.market() as usize].ticker.clone();
-    let other = v.run(Command::CancelAll { key: a.key, market: Some("btc-1m-000101-0000-0001".into()), series: None });
+    let other = v.run(Command::CancelAll {
+        key: a.key,
+        market: Some("btc-1m-000101-0000-0001".into()),
+        series: None,
+    });
     assert_eq!(other, Reply::Canceled { order_ids: vec![] });
-    let wrong_series = v.run(Command::CancelAll { key: a.key, market: None, series: Some("eth-1m".into()) });
+    let wrong_series = v.run(Command::CancelAll {
+        key: a.key,
+        market: None,
+        series: Some("eth-1m".into()),
+    });
     assert_eq!(wrong_series, Reply::Canceled { order_ids: vec![] });
-    let bad = v.run(Command::CancelAll { key: a.key, market: Some("NOT A TICKER".into()), series: None });
+    let bad = v.run(Command::CancelAll {
+        key: a.key,
+        market: Some("NOT A TICKER".into()),
+        series: None,
+    });
     assert_eq!(bad.rejection().unwrap().code, ErrorCode::BadRequest);
-    let all = v.run(Command::CancelAll { key: a.key, market: Some(this_market), series: Some(SERIES.into()) });
-    assert_eq!(all, Reply::Canceled { order_ids: vec![first.id, second.id] });
+    let all = v.run(Command::CancelAll {
+        key: a.key,
+        market: Some(this_market),
+        series: Some(SERIES.into()),
+    });
+    assert_eq!(
+        all,
+        Reply::Canceled {
+            order_ids: vec![first.id, second.id]
+        }
+    );
     assert_eq!(v.buying_power(a), 100_00);
 }
 
@@ -144,7 +177,10 @@ fn the_window_close_cancels_resting_orders_and_settlement_pays_the_winners() {
     assert_eq!(m.result, Some(Outcome::Up));
     assert_eq!(m.settlement_price_e8, Some(101 * 100_000_000));
     assert_eq!(m.price_to_beat_e8, Some(100 * 100_000_000));
-    assert_eq!(v.state.order(resting.id).unwrap().status, OrderStatus::Canceled);
+    assert_eq!(
+        v.state.order(resting.id).unwrap().status,
+        OrderStatus::Canceled
+    );
     // a (maker, no fee) paid 6.00 for 10 up and gets 10.00; b (taker)
     // paid 4.00 and a fee of ceil(0.07 x 10 x 0.6 x 0.4) = 0.17, and loses.
     assert_eq!(v.cash(a), 100_00 - 6_00 + 10_00);
@@ -155,7 +191,9 @@ fn the_window_close_cancels_resting_orders_and_settlement_pays_the_winners() {
         .events
         .iter()
         .filter_map(|e| match e {
-            Event::Lifecycle { market: m, phase, .. } if *m == market => Some(*phase),
+            Event::Lifecycle {
+                market: m, phase, ..
+            } if *m == market => Some(*phase),
             _ => None,
         })
         .collect();
@@ -163,7 +201,10 @@ fn the_window_close_cancels_resting_orders_and_settlement_pays_the_winners() {
         phases,
         vec![
             Phase::Closed,
-            Phase::Settled { result: Some(Outcome::Up), settlement_price_e8: Some(101 * 100_000_000) }
+            Phase::Settled {
+                result: Some(Outcome::Up),
+                settlement_price_e8: Some(101 * 100_000_000)
+            }
         ]
     );
 }
@@ -184,10 +225,16 @@ fn settlement_waits_for_the_first_print_at_or_after_the_close() {
     let mut v = Venue::new();
     let market = v.market();
     v.advance(WINDOW_MS);
-    assert_eq!(v.state.markets[market as usize].status, MarketStatus::Closed);
+    assert_eq!(
+        v.state.markets[market as usize].status,
+        MarketStatus::Closed
+    );
     v.now += 500;
     v.print(90);
-    assert_eq!(v.state.markets[market as usize].status, MarketStatus::Settled);
+    assert_eq!(
+        v.state.markets[market as usize].status,
+        MarketStatus::Settled
+    );
     assert_eq!(v.state.markets[market as usize].result, Some(Outcome::Down));
 }
 
@@ -250,12 +297,24 @@ fn bad_fields_are_refused_with_a_message_naming_the_field() {
     let a = v.trader(100_00);
     let mut order = v.order("buy up 0.50 x1");
     order.price = 0;
-    assert!(v.place_order(a, order).unwrap_err().message.contains("price"));
+    assert!(v
+        .place_order(a, order)
+        .unwrap_err()
+        .message
+        .contains("price"));
     order.price = 100;
-    assert!(v.place_order(a, order).unwrap_err().message.contains("price"));
+    assert!(v
+        .place_order(a, order)
+        .unwrap_err()
+        .message
+        .contains("price"));
     order.price = 50;
     order.count = 0;
-    assert!(v.place_order(a, order).unwrap_err().message.contains("count"));
+    assert!(v
+        .place_order(a, order)
+        .unwrap_err()
+        .message
+        .contains("count"));
     order.count = 10_001;
     let reject = v.place_order(a, order).unwrap_err();
     assert_eq!(reject.code, ErrorCode::BadRequest);
@@ -318,13 +377,23 @@ fn markets_that_are_scheduled_closed_or_unknown_are_not_open() {
     let a = v.trader(100_00);
     let series = v.state.series_by_ticker(SERIES).unwrap().markets.clone();
     let scheduled = *series.last().unwrap();
-    assert_eq!(v.state.markets[scheduled as usize].status, MarketStatus::Scheduled);
+    assert_eq!(
+        v.state.markets[scheduled as usize].status,
+        MarketStatus::Scheduled
+    );
     let order = v.order_on(scheduled, "buy up 0.50 x1");
     let reject = v.place_order(a, order).unwrap_err();
     assert_eq!(reject.code, ErrorCode::MarketNotOpen);
-    assert!(reject.message.contains("not trading yet"), "{}", reject.message);
+    assert!(
+        reject.message.contains("not trading yet"),
+        "{}",
+        reject.message
+    );
     let unknown = v.order_on(9_999, "buy up 0.50 x1");
-    assert_eq!(v.place_order(a, unknown).unwrap_err().code, ErrorCode::MarketNotOpen);
+    assert_eq!(
+        v.place_order(a, unknown).unwrap_err().code,
+        ErrorCode::MarketNotOpen
+    );
     let first = series[0];
     v.advance(WINDOW_MS);
     let closed = v.order_on(first, "buy up 0.50 x1");
@@ -342,7 +411,14 @@ fn key_limits_max_order_per_day_open_orders_and_series() {
         max_open_orders: Some(2),
         series: Some(vec![SERIES.into()]),
     };
-    let key = v.key(account, Scopes { read: true, trade: true }, limits);
+    let key = v.key(
+        account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        limits,
+    );
     let t = tests::harness::Trader { account, key };
     let m = v.refused(t, "buy up 0.51 x10", ErrorCode::LimitExceeded);
     assert!(m.contains("max order"), "{m}");
@@ -357,9 +433,23 @@ fn key_limits_max_order_per_day_open_orders_and_series() {
     let m = v.refused(t, "buy up 0.35 x10", ErrorCode::LimitExceeded);
     assert!(m.contains("max per day") && m.contains("9.00 used"), "{m}");
     // A key limited to another series.
-    let other = KeyLimits { series: Some(vec!["eth-1m".into()]), ..big_limits() };
-    let key = v.key(account, Scopes { read: false, trade: true }, other);
-    let m = v.refused(tests::harness::Trader { account, key }, "buy up 0.10 x1", ErrorCode::LimitExceeded);
+    let other = KeyLimits {
+        series: Some(vec!["eth-1m".into()]),
+        ..big_limits()
+    };
+    let key = v.key(
+        account,
+        Scopes {
+            read: false,
+            trade: true,
+        },
+        other,
+    );
+    let m = v.refused(
+        tests::harness::Trader { account, key },
+        "buy up 0.10 x1",
+        ErrorCode::LimitExceeded,
+    );
     assert!(m.contains("series"), "{m}");
 }
 
@@ -367,21 +457,44 @@ fn key_limits_max_order_per_day_open_orders_and_series() {
 fn trade_keys_without_limits_get_twenty_per_order_and_five_hundred_a_day() {
     let mut v = Venue::new();
     let account = v.account(10_000_00);
-    let key = v.key(account, Scopes { read: true, trade: true }, KeyLimits::default());
+    let key = v.key(
+        account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        KeyLimits::default(),
+    );
     let limits = &v.state.keys[key as usize].limits;
-    assert_eq!((limits.max_order_cents, limits.max_daily_cents), (Some(20_00), Some(500_00)));
+    assert_eq!(
+        (limits.max_order_cents, limits.max_daily_cents),
+        (Some(20_00), Some(500_00))
+    );
     let t = tests::harness::Trader { account, key };
     v.refused(t, "buy up 0.21 x100", ErrorCode::LimitExceeded);
     v.place(t, "buy up 0.20 x100").unwrap();
-    let read_only = v.key(account, Scopes { read: true, trade: false }, KeyLimits::default());
-    assert_eq!(v.state.keys[read_only as usize].limits, KeyLimits::default());
+    let read_only = v.key(
+        account,
+        Scopes {
+            read: true,
+            trade: false,
+        },
+        KeyLimits::default(),
+    );
+    assert_eq!(
+        v.state.keys[read_only as usize].limits,
+        KeyLimits::default()
+    );
 }
 
 #[test]
 fn account_cap_on_amount_at_risk_and_market_cap_for_all_users() {
     let mut v = Venue::new();
     let a = v.trader(100_000_00);
-    let account_cap = v.run(Command::SetAccountRiskCap { account: a.account, cents: Some(10_00) });
+    let account_cap = v.run(Command::SetAccountRiskCap {
+        account: a.account,
+        cents: Some(10_00),
+    });
     assert_eq!(account_cap, Reply::Ok);
     let m = v.refused(a, "buy up 0.50 x20", ErrorCode::LimitExceeded);
     assert!(m.contains("Account limit"), "{m}");
@@ -403,33 +516,82 @@ fn account_cap_on_amount_at_risk_and_market_cap_for_all_users() {
     let order = small.order_on(tiny, "buy down 0.40 x1");
     let reject = small.place_order(c, order).unwrap_err();
     assert_eq!(reject.code, ErrorCode::LimitExceeded);
-    assert!(reject.message.contains("Market limit"), "{}", reject.message);
+    assert!(
+        reject.message.contains("Market limit"),
+        "{}",
+        reject.message
+    );
 }
 
 #[test]
 fn keys_are_refused_when_revoked_expired_suspended_or_of_the_other_environment() {
     let mut v = Venue::new();
     let a = v.trader(100_00);
-    v.run(Command::SetAccountFlag { account: a.account, flag: AccountFlag::Suspended, value: true });
-    assert_eq!(v.refused(a, "buy up 0.50 x1", ErrorCode::Unauthorized), "This account is suspended.");
-    v.run(Command::SetAccountFlag { account: a.account, flag: AccountFlag::Suspended, value: false });
+    v.run(Command::SetAccountFlag {
+        account: a.account,
+        flag: AccountFlag::Suspended,
+        value: true,
+    });
+    assert_eq!(
+        v.refused(a, "buy up 0.50 x1", ErrorCode::Unauthorized),
+        "This account is suspended."
+    );
+    v.run(Command::SetAccountFlag {
+        account: a.account,
+        flag: AccountFlag::Suspended,
+        value: false,
+    });
     let key_id = v.state.keys[a.key as usize].key_id.clone();
     v.ok(Command::RevokeKey { key_id });
-    assert_eq!(v.refused(a, "buy up 0.50 x1", ErrorCode::Unauthorized), "This API key has been revoked.");
+    assert_eq!(
+        v.refused(a, "buy up 0.50 x1", ErrorCode::Unauthorized),
+        "This API key has been revoked."
+    );
 
-    let mut new_key = v.new_key(a.account, Scopes { read: true, trade: true }, big_limits());
+    let mut new_key = v.new_key(
+        a.account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        big_limits(),
+    );
     new_key.expires_days = Some(1);
-    let Reply::KeyIssued { key } = v.run(Command::IssueKey(new_key)) else { panic!() };
-    let expiring = tests::harness::Trader { account: a.account, key };
+    let Reply::KeyIssued { key } = v.run(Command::IssueKey(new_key)) else {
+        panic!()
+    };
+    let expiring = tests::harness::Trader {
+        account: a.account,
+        key,
+    };
     v.place(expiring, "buy up 0.10 x1").unwrap();
     v.now += 24 * 3_600_000;
     v.print(100);
-    assert_eq!(v.refused(expiring, "buy up 0.10 x1", ErrorCode::Unauthorized), "This API key has expired.");
+    assert_eq!(
+        v.refused(expiring, "buy up 0.10 x1", ErrorCode::Unauthorized),
+        "This API key has expired."
+    );
 
-    let mut live = v.new_key(a.account, Scopes { read: true, trade: true }, big_limits());
+    let mut live = v.new_key(
+        a.account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        big_limits(),
+    );
     live.environment = Environment::Live;
-    let Reply::KeyIssued { key } = v.run(Command::IssueKey(live)) else { panic!() };
-    let m = v.refused(tests::harness::Trader { account: a.account, key }, "buy up 0.10 x1", ErrorCode::Unauthorized);
+    let Reply::KeyIssued { key } = v.run(Command::IssueKey(live)) else {
+        panic!()
+    };
+    let m = v.refused(
+        tests::harness::Trader {
+            account: a.account,
+            key,
+        },
+        "buy up 0.10 x1",
+        ErrorCode::Unauthorized,
+    );
     assert!(m.contains("live environment"), "{m}");
 }
 
@@ -437,19 +599,65 @@ fn keys_are_refused_when_revoked_expired_suspended_or_of_the_other_environment()
 fn forbidden_names_the_missing_permission_or_precondition() {
     let mut v = Venue::new();
     let account = v.account(100_00);
-    let read = v.key(account, Scopes { read: true, trade: false }, big_limits());
-    let m = v.refused(tests::harness::Trader { account, key: read }, "buy up 0.50 x1", ErrorCode::Forbidden);
+    let read = v.key(
+        account,
+        Scopes {
+            read: true,
+            trade: false,
+        },
+        big_limits(),
+    );
+    let m = v.refused(
+        tests::harness::Trader { account, key: read },
+        "buy up 0.50 x1",
+        ErrorCode::Forbidden,
+    );
     assert!(m.contains("trade permission"), "{m}");
-    let trade = v.key(account, Scopes { read: true, trade: true }, big_limits());
-    let t = tests::harness::Trader { account, key: trade };
-    v.ok(Command::SetAccountFlag { account, flag: AccountFlag::TermsAccepted, value: false });
-    assert!(v.refused(t, "buy up 0.50 x1", ErrorCode::Forbidden).contains("Terms of Service"));
-    v.ok(Command::SetAccountFlag { account, flag: AccountFlag::TermsAccepted, value: true });
-    v.ok(Command::SetAccountFlag { account, flag: AccountFlag::TradingAllowed, value: false });
-    assert!(v.refused(t, "buy up 0.50 x1", ErrorCode::Forbidden).contains("wallet"));
-    v.ok(Command::SetAccountFlag { account, flag: AccountFlag::TradingAllowed, value: true });
-    v.ok(Command::Configure(VenueConfig { practice_book_open: false, ..VenueConfig::default() }));
-    assert!(v.refused(t, "buy up 0.50 x1", ErrorCode::Forbidden).contains("practice book"));
+    let trade = v.key(
+        account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        big_limits(),
+    );
+    let t = tests::harness::Trader {
+        account,
+        key: trade,
+    };
+    v.ok(Command::SetAccountFlag {
+        account,
+        flag: AccountFlag::TermsAccepted,
+        value: false,
+    });
+    assert!(v
+        .refused(t, "buy up 0.50 x1", ErrorCode::Forbidden)
+        .contains("Terms of Service"));
+    v.ok(Command::SetAccountFlag {
+        account,
+        flag: AccountFlag::TermsAccepted,
+        value: true,
+    });
+    v.ok(Command::SetAccountFlag {
+        account,
+        flag: AccountFlag::TradingAllowed,
+        value: false,
+    });
+    assert!(v
+        .refused(t, "buy up 0.50 x1", ErrorCode::Forbidden)
+        .contains("wallet"));
+    v.ok(Command::SetAccountFlag {
+        account,
+        flag: AccountFlag::TradingAllowed,
+        value: true,
+    });
+    v.ok(Command::Configure(VenueConfig {
+        practice_book_open: false,
+        ..VenueConfig::default()
+    }));
+    assert!(v
+        .refused(t, "buy up 0.50 x1", ErrorCode::Forbidden)
+        .contains("practice book"));
 }
 
 #[test]
@@ -457,14 +665,21 @@ fn a_pause_refuses_new_orders_but_cancels_still_work() {
     let mut v = Venue::new();
     let a = v.trader(100_00);
     let resting = v.place(a, "buy up 0.30 x1").unwrap();
-    v.ok(Command::PauseTrading { until_ts_ms: Some(T0 + 5_000) });
+    v.ok(Command::PauseTrading {
+        until_ts_ms: Some(T0 + 5_000),
+    });
     let m = v.refused(a, "buy up 0.30 x1", ErrorCode::TradingPaused);
     assert!(m.contains(&(T0 + 5_000).to_string()), "{m}");
-    assert_eq!(v.cancel(a, resting.id).unwrap().status, OrderStatus::Canceled);
+    assert_eq!(
+        v.cancel(a, resting.id).unwrap().status,
+        OrderStatus::Canceled
+    );
     v.advance(5_000);
     v.place(a, "buy up 0.30 x1").unwrap();
     v.ok(Command::PauseTrading { until_ts_ms: None });
-    assert!(v.refused(a, "buy up 0.30 x1", ErrorCode::TradingPaused).contains("further notice"));
+    assert!(v
+        .refused(a, "buy up 0.30 x1", ErrorCode::TradingPaused)
+        .contains("further notice"));
     v.ok(Command::ResumeTrading);
     v.place(a, "buy up 0.30 x1").unwrap();
 }
@@ -475,18 +690,43 @@ fn idempotency_returns_the_same_order_or_a_conflict() {
     let a = v.trader(100_00);
     let first = v.place(a, "buy up 0.30 x1 id=retry-1").unwrap();
     let retry = v.order("buy up 0.30 x1 id=retry-1");
-    let Reply::Order { order, created } = v.run(Command::PlaceOrder { key: a.key, order: retry }) else { panic!() };
+    let Reply::Order { order, created } = v.run(Command::PlaceOrder {
+        key: a.key,
+        order: retry,
+    }) else {
+        panic!()
+    };
     assert!(!created);
     assert_eq!(order, first);
     assert_eq!(v.state.orders.len(), 1);
-    v.refused(a, "buy up 0.31 x1 id=retry-1", ErrorCode::IdempotencyConflict);
+    v.refused(
+        a,
+        "buy up 0.31 x1 id=retry-1",
+        ErrorCode::IdempotencyConflict,
+    );
     // Unique per account across keys: a second key of the same account conflicts too.
-    let other_key = v.key(a.account, Scopes { read: true, trade: true }, big_limits());
-    let t = tests::harness::Trader { account: a.account, key: other_key };
-    assert_eq!(v.place(t, "buy up 0.30 x1 id=retry-1").unwrap().id, first.id);
+    let other_key = v.key(
+        a.account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        big_limits(),
+    );
+    let t = tests::harness::Trader {
+        account: a.account,
+        key: other_key,
+    };
+    assert_eq!(
+        v.place(t, "buy up 0.30 x1 id=retry-1").unwrap().id,
+        first.id
+    );
     // Another account may use the same id.
     let b = v.trader(100_00);
-    assert_ne!(v.place(b, "buy up 0.30 x1 id=retry-1").unwrap().id, first.id);
+    assert_ne!(
+        v.place(b, "buy up 0.30 x1 id=retry-1").unwrap().id,
+        first.id
+    );
 }
 
 #[test]
@@ -494,10 +734,19 @@ fn one_account_cannot_cancel_or_read_another_accounts_order() {
     let mut v = Venue::new();
     let (a, b) = (v.trader(100_00), v.trader(100_00));
     let order = v.place(a, "buy up 0.30 x1").unwrap();
-    assert_eq!(v.cancel(b, order.id).unwrap_err().code, ErrorCode::OrderNotFound);
-    assert_eq!(v.state.query_order(b.key, order.id).unwrap_err().code, ErrorCode::OrderNotFound);
+    assert_eq!(
+        v.cancel(b, order.id).unwrap_err().code,
+        ErrorCode::OrderNotFound
+    );
+    assert_eq!(
+        v.state.query_order(b.key, order.id).unwrap_err().code,
+        ErrorCode::OrderNotFound
+    );
     assert_eq!(v.state.query_order(a.key, order.id).unwrap().id, order.id);
-    assert_eq!(v.cancel(a, 12_345).unwrap_err().code, ErrorCode::OrderNotFound);
+    assert_eq!(
+        v.cancel(a, 12_345).unwrap_err().code,
+        ErrorCode::OrderNotFound
+    );
 }
 
 // ----- keys and accounts ------------------------------------------------------
@@ -507,30 +756,77 @@ fn at_most_five_active_keys_and_key_fields_are_checked() {
     let mut v = Venue::new();
     let account = v.account(0);
     for _ in 0..5 {
-        v.key(account, Scopes { read: true, trade: false }, KeyLimits::default());
+        v.key(
+            account,
+            Scopes {
+                read: true,
+                trade: false,
+            },
+            KeyLimits::default(),
+        );
     }
-    let sixth = v.new_key(account, Scopes { read: true, trade: false }, KeyLimits::default());
-    assert_eq!(v.run(Command::IssueKey(sixth.clone())).rejection().unwrap().code, ErrorCode::LimitExceeded);
+    let sixth = v.new_key(
+        account,
+        Scopes {
+            read: true,
+            trade: false,
+        },
+        KeyLimits::default(),
+    );
+    assert_eq!(
+        v.run(Command::IssueKey(sixth.clone()))
+            .rejection()
+            .unwrap()
+            .code,
+        ErrorCode::LimitExceeded
+    );
     // Revoking one frees a place.
-    v.ok(Command::RevokeKey { key_id: "k1".into() });
+    v.ok(Command::RevokeKey {
+        key_id: "k1".into(),
+    });
     v.ok(Command::IssueKey(sixth));
     let other = v.account(0);
     let mut bad = v.new_key(other, Scopes::default(), KeyLimits::default());
-    assert!(v.run(Command::IssueKey(bad.clone())).rejection().unwrap().message.contains("scopes"));
+    assert!(v
+        .run(Command::IssueKey(bad.clone()))
+        .rejection()
+        .unwrap()
+        .message
+        .contains("scopes"));
     bad.scopes.read = true;
     bad.expires_days = Some(366);
-    assert!(v.run(Command::IssueKey(bad.clone())).rejection().unwrap().message.contains("365"));
+    assert!(v
+        .run(Command::IssueKey(bad.clone()))
+        .rejection()
+        .unwrap()
+        .message
+        .contains("365"));
     bad.expires_days = Some(0);
     assert!(v.run(Command::IssueKey(bad.clone())).is_rejected());
     bad.expires_days = Some(365);
     bad.ip_allowlist = (0..11).map(|i| format!("10.0.0.{i}")).collect();
-    assert!(v.run(Command::IssueKey(bad.clone())).rejection().unwrap().message.contains("10 addresses"));
+    assert!(v
+        .run(Command::IssueKey(bad.clone()))
+        .rejection()
+        .unwrap()
+        .message
+        .contains("10 addresses"));
     bad.ip_allowlist = vec!["not-an-ip".into()];
     assert!(v.run(Command::IssueKey(bad.clone())).is_rejected());
     bad.ip_allowlist = vec!["127.0.0.1".into(), "::1".into()];
     v.ok(Command::IssueKey(bad));
-    let unknown = v.new_key(999, Scopes { read: true, trade: false }, KeyLimits::default());
-    assert_eq!(v.run(Command::IssueKey(unknown)).rejection().unwrap().code, ErrorCode::NotFound);
+    let unknown = v.new_key(
+        999,
+        Scopes {
+            read: true,
+            trade: false,
+        },
+        KeyLimits::default(),
+    );
+    assert_eq!(
+        v.run(Command::IssueKey(unknown)).rejection().unwrap().code,
+        ErrorCode::NotFound
+    );
 }
 
 #[test]
@@ -538,12 +834,28 @@ fn withdrawals_come_only_from_buying_power() {
     let mut v = Venue::new();
     let a = v.trader(10_00);
     v.place(a, "buy up 0.50 x10").unwrap(); // holds 5.20
-    let r = v.run(Command::Withdraw { account: a.account, cents: 5_00 });
+    let r = v.run(Command::Withdraw {
+        account: a.account,
+        cents: 5_00,
+    });
     assert_eq!(r.rejection().unwrap().code, ErrorCode::InsufficientBalance);
-    v.ok(Command::Withdraw { account: a.account, cents: 4_80 });
+    v.ok(Command::Withdraw {
+        account: a.account,
+        cents: 4_80,
+    });
     assert_eq!(v.buying_power(a), 0);
-    assert!(v.run(Command::Deposit { account: a.account, cents: 0 }).is_rejected());
-    assert!(v.run(Command::Deposit { account: a.account, cents: -1 }).is_rejected());
+    assert!(v
+        .run(Command::Deposit {
+            account: a.account,
+            cents: 0
+        })
+        .is_rejected());
+    assert!(v
+        .run(Command::Deposit {
+            account: a.account,
+            cents: -1
+        })
+        .is_rejected());
 }
 
 // ----- windows ------------------------------------------------------------------
@@ -557,14 +869,25 @@ fn windows_are_listed_ahead_with_tickers_in_the_spec_pattern() {
         .unwrap()
         .markets
         .iter()
-        .map(|&m| (v.state.markets[m as usize].ticker.clone(), v.state.markets[m as usize].status))
+        .map(|&m| {
+            (
+                v.state.markets[m as usize].ticker.clone(),
+                v.state.markets[m as usize].status,
+            )
+        })
         .collect();
     assert_eq!(
         tickers,
         vec![
             ("btc-1m-261121-2100-2101".to_string(), MarketStatus::Open),
-            ("btc-1m-261121-2101-2102".to_string(), MarketStatus::Scheduled),
-            ("btc-1m-261121-2102-2103".to_string(), MarketStatus::Scheduled),
+            (
+                "btc-1m-261121-2101-2102".to_string(),
+                MarketStatus::Scheduled
+            ),
+            (
+                "btc-1m-261121-2102-2103".to_string(),
+                MarketStatus::Scheduled
+            ),
         ]
     );
     for (ticker, _) in &tickers {
@@ -588,19 +911,38 @@ fn a_window_with_no_earlier_print_opens_on_the_first_print_after_it() {
     let market = v.state.series_by_ticker("late").unwrap().markets[0] as usize;
     assert_eq!(v.state.markets[market].status, MarketStatus::Scheduled);
     v.now += 1_000;
-    v.ok(Command::Price { symbol: "AAPL".into(), price_e8: 230 * 100_000_000, t_ms: v.now });
+    v.ok(Command::Price {
+        symbol: "AAPL".into(),
+        price_e8: 230 * 100_000_000,
+        t_ms: v.now,
+    });
     assert_eq!(v.state.markets[market].status, MarketStatus::Open);
-    assert_eq!(v.state.markets[market].price_to_beat_e8, Some(230 * 100_000_000));
+    assert_eq!(
+        v.state.markets[market].price_to_beat_e8,
+        Some(230 * 100_000_000)
+    );
 }
 
 #[test]
 fn prints_may_not_go_back_in_time_and_symbols_are_checked() {
     let mut v = Venue::new();
-    let back = v.run(Command::Price { symbol: SYMBOL.into(), price_e8: 1, t_ms: T0 - 1 });
+    let back = v.run(Command::Price {
+        symbol: SYMBOL.into(),
+        price_e8: 1,
+        t_ms: T0 - 1,
+    });
     assert_eq!(back.rejection().unwrap().code, ErrorCode::BadRequest);
-    let lower = v.run(Command::Price { symbol: "x:btcusd".into(), price_e8: 1, t_ms: T0 });
+    let lower = v.run(Command::Price {
+        symbol: "x:btcusd".into(),
+        price_e8: 1,
+        t_ms: T0,
+    });
     assert!(lower.is_rejected());
-    let zero = v.run(Command::Price { symbol: SYMBOL.into(), price_e8: 0, t_ms: T0 });
+    let zero = v.run(Command::Price {
+        symbol: SYMBOL.into(),
+        price_e8: 0,
+        t_ms: T0,
+    });
     assert!(zero.is_rejected());
 }
 
@@ -618,18 +960,36 @@ fn every_book_delta_carries_the_checksum_of_the_book_after_it() {
         .events
         .iter()
         .filter_map(|e| match e {
-            Event::BookDelta { outcome, price, delta, checksum, .. } => Some((*outcome, *price, *delta, *checksum)),
+            Event::BookDelta {
+                outcome,
+                price,
+                delta,
+                checksum,
+                ..
+            } => Some((*outcome, *price, *delta, *checksum)),
             _ => None,
         })
         .collect();
     // b crossed 0.41 fully (one delta) and 0.40 in part (one delta).
     assert_eq!(deltas.len(), 2);
-    assert_eq!((deltas[0].0, deltas[0].1, deltas[0].2), (Outcome::Up, 41, -3));
-    assert_eq!((deltas[1].0, deltas[1].1, deltas[1].2), (Outcome::Up, 40, -1));
+    assert_eq!(
+        (deltas[0].0, deltas[0].1, deltas[0].2),
+        (Outcome::Up, 41, -3)
+    );
+    assert_eq!(
+        (deltas[1].0, deltas[1].1, deltas[1].2),
+        (Outcome::Up, 40, -1)
+    );
     assert_eq!(deltas[0].3, crc32fast_hash("up:0.40:3|down:"));
     assert_eq!(deltas[1].3, crc32fast_hash("up:0.40:2|down:"));
     assert!(v.events.iter().any(|e| matches!(e, Event::Ticker { .. })));
-    assert_eq!(v.events.iter().filter(|e| matches!(e, Event::Trade(_))).count(), 2);
+    assert_eq!(
+        v.events
+            .iter()
+            .filter(|e| matches!(e, Event::Trade(_)))
+            .count(),
+        2
+    );
 }
 
 fn crc32fast_hash(text: &str) -> u32 {
@@ -639,7 +999,11 @@ fn crc32fast_hash(text: &str) -> u32 {
     for &byte in text.as_bytes() {
         crc ^= u32::from(byte);
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -654,32 +1018,78 @@ fn order_and_fill_lists_are_newest_first_with_filters_and_cursors() {
         v.place(b, "buy down 0.50 x1").unwrap();
     }
     let resting = v.place(a, "buy up 0.10 x1 id=last").unwrap();
-    let page = v.state.query_orders(a.key, &OrderFilter { limit: Some(4), ..Default::default() }).unwrap();
+    let page = v
+        .state
+        .query_orders(
+            a.key,
+            &OrderFilter {
+                limit: Some(4),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     let ids: Vec<u64> = page.items.iter().map(|o| o.id).collect();
     assert_eq!(ids, vec![11, 9, 7, 5]);
     let next = v
         .state
-        .query_orders(a.key, &OrderFilter { limit: Some(4), cursor: page.cursor, ..Default::default() })
+        .query_orders(
+            a.key,
+            &OrderFilter {
+                limit: Some(4),
+                cursor: page.cursor,
+                ..Default::default()
+            },
+        )
         .unwrap();
-    assert_eq!(next.items.iter().map(|o| o.id).collect::<Vec<_>>(), vec![3, 1]);
+    assert_eq!(
+        next.items.iter().map(|o| o.id).collect::<Vec<_>>(),
+        vec![3, 1]
+    );
     assert_eq!(next.cursor, None);
-    let by_status = OrderFilter { status: Some(OrderStatus::Resting), ..Default::default() };
-    assert_eq!(v.state.query_orders(a.key, &by_status).unwrap().items, vec![resting]);
-    let by_id = OrderFilter { client_order_id: ClientOrderId::new("last"), ..Default::default() };
+    let by_status = OrderFilter {
+        status: Some(OrderStatus::Resting),
+        ..Default::default()
+    };
+    assert_eq!(
+        v.state.query_orders(a.key, &by_status).unwrap().items,
+        vec![resting]
+    );
+    let by_id = OrderFilter {
+        client_order_id: ClientOrderId::new("last"),
+        ..Default::default()
+    };
     assert_eq!(v.state.query_orders(a.key, &by_id).unwrap().items.len(), 1);
 
     let fills = v.state.query_fills(a.key, None, Some(2), None).unwrap();
     assert_eq!(fills.items.len(), 2);
     assert!(fills.items[0].id > fills.items[1].id);
-    let older = v.state.query_fills(a.key, None, Some(500), fills.cursor).unwrap();
+    let older = v
+        .state
+        .query_fills(a.key, None, Some(500), fills.cursor)
+        .unwrap();
     assert_eq!(older.items.len(), 3);
     assert!(older.items[0].id < fills.items[1].id);
-    assert_eq!(v.state.query_fills(a.key, None, Some(501), None).unwrap_err().code, ErrorCode::BadRequest);
-    assert_eq!(v.state.query_fills(a.key, None, Some(0), None).unwrap_err().code, ErrorCode::BadRequest);
+    assert_eq!(
+        v.state
+            .query_fills(a.key, None, Some(501), None)
+            .unwrap_err()
+            .code,
+        ErrorCode::BadRequest
+    );
+    assert_eq!(
+        v.state
+            .query_fills(a.key, None, Some(0), None)
+            .unwrap_err()
+            .code,
+        ErrorCode::BadRequest
+    );
 
     let positions = v.state.query_positions(a.key).unwrap();
     assert_eq!(positions.len(), 1);
-    assert_eq!((positions[0].outcome, positions[0].count, positions[0].cost), (Outcome::Up, 5, 2_50));
+    assert_eq!(
+        (positions[0].outcome, positions[0].count, positions[0].cost),
+        (Outcome::Up, 5, 2_50)
+    );
     let balance = v.state.query_balance(a.key).unwrap();
     assert_eq!(balance.buying_power, balance.cash - balance.held);
     assert_eq!(balance.held, 10 + 1);
@@ -692,9 +1102,17 @@ fn orders_older_than_a_day_leave_the_order_list() {
     v.place(a, "buy up 0.10 x1").unwrap();
     v.now += 24 * 3_600_000 + 1;
     v.print(100);
-    assert!(v.state.query_orders(a.key, &OrderFilter::default()).unwrap().items.is_empty());
+    assert!(v
+        .state
+        .query_orders(a.key, &OrderFilter::default())
+        .unwrap()
+        .items
+        .is_empty());
     // The order itself is still there by id.
-    assert_eq!(v.state.query_order(a.key, 1).unwrap().status, OrderStatus::Canceled);
+    assert_eq!(
+        v.state.query_order(a.key, 1).unwrap().status,
+        OrderStatus::Canceled
+    );
 }
 
 #[test]
@@ -713,5 +1131,11 @@ fn the_rest_book_query_matches_the_checksum_of_the_last_delta() {
         _ => None,
     });
     assert_eq!(Some(book.checksum), last);
-    assert_eq!(v.state.query_orderbook("nope-261121-2100-2101", None).unwrap_err().code, ErrorCode::MarketNotFound);
+    assert_eq!(
+        v.state
+            .query_orderbook("nope-261121-2100-2101", None)
+            .unwrap_err()
+            .code,
+        ErrorCode::MarketNotFound
+    );
 }

@@ -46,14 +46,30 @@ enum AccountCommand {
         #[arg(long, default_value = "0")]
         cash: String,
     },
-    Deposit { account: u32, amount: String },
-    Withdraw { account: u32, amount: String },
-    AcceptTerms { account: u32 },
-    AllowTrading { account: u32 },
-    Suspend { account: u32 },
-    Unsuspend { account: u32 },
+    Deposit {
+        account: u32,
+        amount: String,
+    },
+    Withdraw {
+        account: u32,
+        amount: String,
+    },
+    AcceptTerms {
+        account: u32,
+    },
+    AllowTrading {
+        account: u32,
+    },
+    Suspend {
+        account: u32,
+    },
+    Unsuspend {
+        account: u32,
+    },
     /// Shows cash, holds and flags.
-    Show { account: u32 },
+    Show {
+        account: u32,
+    },
 }
 
 #[derive(Subcommand)]
@@ -83,7 +99,9 @@ enum KeyCommand {
         #[arg(long)]
         expires_days: Option<u32>,
     },
-    Revoke { key_id: String },
+    Revoke {
+        key_id: String,
+    },
     /// Lists keys (never a secret).
     List {
         #[arg(long)]
@@ -115,17 +133,32 @@ pub struct Client {
 
 impl Client {
     pub fn new(addr: String, token: String) -> Self {
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        Self { base: format!("http://{addr}"), token, agent }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Self {
+            base: format!("http://{addr}"),
+            token,
+            agent,
+        }
     }
 
     /// Finds the running server of a data directory.
     pub fn from_data_dir(dir: &std::path::Path) -> Result<Self> {
-        let server = std::fs::read_to_string(gateway::server::server_file_path(dir)).with_context(|| {
-            format!("no running server found in {} (is `updown serve --data-dir {}` running?)", dir.display(), dir.display())
-        })?;
+        let server =
+            std::fs::read_to_string(gateway::server::server_file_path(dir)).with_context(|| {
+                format!(
+                    "no running server found in {} (is `updown serve --data-dir {}` running?)",
+                    dir.display(),
+                    dir.display()
+                )
+            })?;
         let server: Value = serde_json::from_str(&server).context("server.json is not JSON")?;
-        let addr = server["admin_listen"].as_str().context("server.json has no admin_listen")?.to_string();
+        let addr = server["admin_listen"]
+            .as_str()
+            .context("server.json has no admin_listen")?
+            .to_string();
         let token = std::fs::read_to_string(gateway::server::admin_token_path(dir))
             .with_context(|| format!("reading the admin token in {}", dir.display()))?;
         Ok(Self::new(addr, token.trim().to_string()))
@@ -137,19 +170,33 @@ impl Client {
         let body: Value = response.body_mut().read_json().unwrap_or(Value::Null);
         if !status.is_success() {
             let message = body["message"].as_str().unwrap_or("no message");
-            bail!("{} {}: {message}", status.as_u16(), body["code"].as_str().unwrap_or("ERROR"));
+            bail!(
+                "{} {}: {message}",
+                status.as_u16(),
+                body["code"].as_str().unwrap_or("ERROR")
+            );
         }
         Ok(body)
     }
 
     pub fn post(&self, path: &str, body: Value) -> Result<Value> {
         let url = format!("{}{path}", self.base);
-        Self::answer(self.agent.post(&url).header("Authorization", &format!("Bearer {}", self.token)).send_json(body))
+        Self::answer(
+            self.agent
+                .post(&url)
+                .header("Authorization", &format!("Bearer {}", self.token))
+                .send_json(body),
+        )
     }
 
     pub fn get(&self, path: &str) -> Result<Value> {
         let url = format!("{}{path}", self.base);
-        Self::answer(self.agent.get(&url).header("Authorization", &format!("Bearer {}", self.token)).call())
+        Self::answer(
+            self.agent
+                .get(&url)
+                .header("Authorization", &format!("Bearer {}", self.token))
+                .call(),
+        )
     }
 }
 
@@ -161,7 +208,9 @@ pub fn run(args: AdminArgs) -> Result<()> {
         AdminCommand::Trading(TradingCommand::Pause { until }) => {
             client.post("/admin/trading/pause", json!({ "until_ts_ms": until }))?
         }
-        AdminCommand::Trading(TradingCommand::Resume) => client.post("/admin/trading/resume", json!({}))?,
+        AdminCommand::Trading(TradingCommand::Resume) => {
+            client.post("/admin/trading/resume", json!({}))?
+        }
         AdminCommand::Series(ListCommand::List) => client.get("/admin/series")?,
         AdminCommand::Markets(ListCommand::List) => client.get("/admin/markets")?,
     };
@@ -174,15 +223,22 @@ pub fn run(args: AdminArgs) -> Result<()> {
 }
 
 fn account(client: &Client, command: AccountCommand) -> Result<Value> {
-    let flag = |account: u32, name: &str, value: bool| client.post(&format!("/admin/accounts/{account}/flags"), json!({ name: value }));
+    let flag = |account: u32, name: &str, value: bool| {
+        client.post(
+            &format!("/admin/accounts/{account}/flags"),
+            json!({ name: value }),
+        )
+    };
     match command {
         AccountCommand::Create { cash } => client.post("/admin/accounts", json!({ "cash": cash })),
-        AccountCommand::Deposit { account, amount } => {
-            client.post(&format!("/admin/accounts/{account}/deposit"), json!({ "amount": amount }))
-        }
-        AccountCommand::Withdraw { account, amount } => {
-            client.post(&format!("/admin/accounts/{account}/withdraw"), json!({ "amount": amount }))
-        }
+        AccountCommand::Deposit { account, amount } => client.post(
+            &format!("/admin/accounts/{account}/deposit"),
+            json!({ "amount": amount }),
+        ),
+        AccountCommand::Withdraw { account, amount } => client.post(
+            &format!("/admin/accounts/{account}/withdraw"),
+            json!({ "amount": amount }),
+        ),
         AccountCommand::AcceptTerms { account } => flag(account, "terms_accepted", true),
         AccountCommand::AllowTrading { account } => flag(account, "trading_allowed", true),
         AccountCommand::Suspend { account } => flag(account, "suspended", true),
@@ -193,8 +249,21 @@ fn account(client: &Client, command: AccountCommand) -> Result<Value> {
 
 fn key(client: &Client, command: KeyCommand) -> Result<Value> {
     match command {
-        KeyCommand::Issue { account, scopes, env, name, max_order_usd, max_daily_usd, max_open_orders, series, ips, expires_days } => {
-            let series: Option<Vec<&str>> = series.as_deref().map(|s| s.split(',').map(str::trim).collect());
+        KeyCommand::Issue {
+            account,
+            scopes,
+            env,
+            name,
+            max_order_usd,
+            max_daily_usd,
+            max_open_orders,
+            series,
+            ips,
+            expires_days,
+        } => {
+            let series: Option<Vec<&str>> = series
+                .as_deref()
+                .map(|s| s.split(',').map(str::trim).collect());
             client.post(
                 "/admin/keys",
                 json!({
@@ -210,11 +279,20 @@ fn key(client: &Client, command: KeyCommand) -> Result<Value> {
                     "expires_days": expires_days,
                 })
                 .as_object()
-                .map(|m| Value::Object(m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect()))
+                .map(|m| {
+                    Value::Object(
+                        m.iter()
+                            .filter(|(_, v)| !v.is_null())
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                    )
+                })
                 .unwrap_or_default(),
             )
         }
-        KeyCommand::Revoke { key_id } => client.post(&format!("/admin/keys/{key_id}/revoke"), json!({})),
+        KeyCommand::Revoke { key_id } => {
+            client.post(&format!("/admin/keys/{key_id}/revoke"), json!({}))
+        }
         KeyCommand::List { account } => match account {
             Some(a) => client.get(&format!("/admin/keys?account={a}")),
             None => client.get("/admin/keys"),
@@ -224,7 +302,13 @@ fn key(client: &Client, command: KeyCommand) -> Result<Value> {
 
 /// A readable rendering: a list of objects as a table, an object as lines.
 fn table(value: &Value) -> String {
-    let list = value.as_object().and_then(|m| if m.len() == 1 { m.values().next().and_then(Value::as_array) } else { None });
+    let list = value.as_object().and_then(|m| {
+        if m.len() == 1 {
+            m.values().next().and_then(Value::as_array)
+        } else {
+            None
+        }
+    });
     if let Some(rows) = list {
         let mut columns: Vec<String> = Vec::new();
         for row in rows {
@@ -239,11 +323,27 @@ fn table(value: &Value) -> String {
             Value::Null => "-".into(),
             other => other.to_string(),
         };
-        let widths: Vec<usize> =
-            columns.iter().map(|c| rows.iter().map(|r| cell(r, c).len()).chain([c.len()]).max().unwrap_or(0)).collect();
+        let widths: Vec<usize> = columns
+            .iter()
+            .map(|c| {
+                rows.iter()
+                    .map(|r| cell(r, c).len())
+                    .chain([c.len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
         let mut out = String::new();
         let line = |cells: Vec<String>| {
-            cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string() + "\n"
+            cells
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_string()
+                + "\n"
         };
         out += &line(columns.clone());
         for row in rows {
@@ -257,7 +357,16 @@ fn table(value: &Value) -> String {
     match value.as_object() {
         Some(map) => map
             .iter()
-            .map(|(k, v)| format!("{k}: {}\n", if let Value::String(s) = v { s.clone() } else { v.to_string() }))
+            .map(|(k, v)| {
+                format!(
+                    "{k}: {}\n",
+                    if let Value::String(s) = v {
+                        s.clone()
+                    } else {
+                        v.to_string()
+                    }
+                )
+            })
             .collect(),
         None => format!("{value}\n"),
     }

@@ -16,7 +16,11 @@ use clap::{Parser, Subcommand};
 use gateway::{Server, ServerConfig};
 
 #[derive(Parser)]
-#[command(name = "updown", version, about = "An exchange for short-window up/down markets")]
+#[command(
+    name = "updown",
+    version,
+    about = "An exchange for short-window up/down markets"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Top,
@@ -67,8 +71,10 @@ fn main() {
 fn serve(args: ServeArgs) -> Result<()> {
     let mut config = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            ServerConfig::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            ServerConfig::from_toml(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
         }
         None => ServerConfig::default(),
     };
@@ -89,7 +95,13 @@ fn serve(args: ServeArgs) -> Result<()> {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
     let server = Server::start(config.clone()).context("starting the venue")?;
-    println!("updown {} listening on http://{}/v1 (admin on {}, data in {})", env!("CARGO_PKG_VERSION"), server.addr, server.admin_addr, config.data_dir.display());
+    println!(
+        "updown {} listening on http://{}/v1 (admin on {}, data in {})",
+        env!("CARGO_PKG_VERSION"),
+        server.addr,
+        server.admin_addr,
+        config.data_dir.display()
+    );
     println!("{}", server.open_report);
     if args.demo {
         demo(&server, &config)?;
@@ -104,11 +116,18 @@ fn serve(args: ServeArgs) -> Result<()> {
 }
 
 fn init_logs(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("UPDOWN_LOG").unwrap_or_else(|_| "info".into());
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("UPDOWN_LOG").unwrap_or_else(|_| "info".into());
     if json {
-        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
     }
 }
 
@@ -117,21 +136,34 @@ fn demo(server: &Server, config: &ServerConfig) -> Result<()> {
     let marker = config.data_dir.join("demo-account.json");
     if let Ok(text) = std::fs::read_to_string(&marker) {
         println!("demo account already created: {text}");
-        println!("its key was printed when it was created; issue another with `updown admin key issue`.");
+        println!(
+            "its key was printed when it was created; issue another with `updown admin key issue`."
+        );
         return Ok(());
     }
     let client = admin::Client::new(server.admin_addr.to_string(), server.admin_token.clone());
     let account = client.post("/admin/accounts", serde_json::json!({ "cash": "10000.00" }))?;
     let id = account["account_id"].as_u64().context("account id")?;
-    client.post(&format!("/admin/accounts/{id}/flags"), serde_json::json!({ "terms_accepted": true, "trading_allowed": true }))?;
+    client.post(
+        &format!("/admin/accounts/{id}/flags"),
+        serde_json::json!({ "terms_accepted": true, "trading_allowed": true }),
+    )?;
     let key = client.post(
         "/admin/keys",
         serde_json::json!({ "account": id, "scopes": "read,trade", "name": "demo", "max_order_usd": 1000, "max_daily_usd": 100000 }),
     )?;
-    let Some(secret_key) = key["key"].as_str() else { bail!("the key was not issued: {key}") };
-    std::fs::write(&marker, serde_json::json!({ "account_id": id, "key_id": key["key_id"] }).to_string())?;
+    let Some(secret_key) = key["key"].as_str() else {
+        bail!("the key was not issued: {key}")
+    };
+    std::fs::write(
+        &marker,
+        serde_json::json!({ "account_id": id, "key_id": key["key_id"] }).to_string(),
+    )?;
     println!("demo account {id} with $10,000.00, terms accepted and trading allowed");
     println!("demo key (shown once, read+trade): {secret_key}");
-    println!("try: curl -H 'Authorization: Bearer {secret_key}' http://{}/v1/portfolio/balance", server.addr);
+    println!(
+        "try: curl -H 'Authorization: Bearer {secret_key}' http://{}/v1/portfolio/balance",
+        server.addr
+    );
     Ok(())
 }
