@@ -266,10 +266,13 @@ impl State {
     }
 
     fn close_market(&mut self, id: MarketId, events: &mut Vec<Event>) {
+        let top_before = self.top(id);
         let resting = self.resting_orders_of_market(id);
         for order in resting {
             self.cancel_resting(order, events);
         }
+        // The emptied book is a change of top of book for ticker subscribers.
+        self.emit_ticker_if_changed(id, top_before, events);
         let m = &mut self.markets[id as usize];
         debug_assert_eq!(m.book.resting_orders(), 0);
         m.status = MarketStatus::Closed;
