@@ -1,0 +1,17 @@
+//! Benchmarks of the updown core, side by side on one pre-generated order
+//! flow: the sequencer alone, the sequencer behind the journal (never
+//! flushed, and group-committed), the `lobster` crate as a reference
+//! matcher, and replay of the journal. See `README.md` for what each figure
+//! means and how to reproduce it.
+//!
+//! - [`flow`] generates the flow (and its `lobster` twin) from a seed.
+//! - [`engines`] drives each engine over it, timing the whole loop or each
+//!   command.
+//! - [`clock`] is the cheap clock of the latency pass.
+//! - [`report`] runs the rounds and prints the tables and the aims.
+
+pub mod clock;
+pub mod engines;
+pub mod flow;
+pub mod report;
+pub mod rng;
