@@ -124,6 +124,53 @@ pub struct Book {
     nodes: Vec<Node>,
     free: Vec<u32>,
     resting: u32,
+    /// Each side's checksum text as last written; derived, so it is not
+    /// part of the state (not archived, hashed or compared).
+    #[rkyv(with = rkyv::with::Skip)]
+    cache: ChecksumCache,
+}
+
+/// Longest text of one side: ten levels of `0.XX:` and a 20-digit count.
+const SIDE_TEXT_MAX: usize = 10 * 26;
+
+/// One side's checksum text and the lowest price it includes.
+#[derive(Clone, Debug)]
+struct SideText {
+    bytes: [u8; SIDE_TEXT_MAX],
+    len: usize,
+    /// Lowest price among the levels written (0 when fewer than ten), so a
+    /// change below it cannot change the text.
+    floor: PriceCents,
+    valid: bool,
+}
+
+impl Default for SideText {
+    fn default() -> Self {
+        Self {
+            bytes: [0; SIDE_TEXT_MAX],
+            len: 0,
+            floor: 0,
+            valid: false,
+        }
+    }
+}
+
+/// Per-side checksum texts kept between book changes: most changes touch
+/// one side, often below its tenth level, and writing the levels as text
+/// was most of the cost of a checksum.
+#[derive(Clone, Debug, Default)]
+pub struct ChecksumCache {
+    sides: [SideText; 2],
+}
+
+impl PartialEq for ChecksumCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for ChecksumCache {}
+impl std::hash::Hash for ChecksumCache {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
 impl Book {
@@ -188,6 +235,7 @@ impl Book {
             level.head = index;
         }
         level.total += u64::from(count);
+        self.cache.touch(outcome, price);
         if tail != NIL {
             self.nodes[tail as usize].next = index;
             self.nodes[index as usize].prev = tail;
@@ -205,6 +253,7 @@ impl Book {
         node.remaining -= count;
         let left = node.remaining;
         self.sides[outcome.index()].levels[usize::from(price)].total -= u64::from(count);
+        self.cache.touch(outcome, price);
         if left == 0 {
             self.unlink(outcome, price, index);
         }
@@ -241,6 +290,31 @@ impl Book {
         self.resting -= 1;
     }
 
+    /// The checksum as `checksum` computes it, rewriting only the side
+    /// texts that a change since the last call may have altered.
+    pub fn checksum_cached(&mut self) -> u32 {
+        for outcome in [Outcome::Up, Outcome::Down] {
+            let side = &self.sides[outcome.index()];
+            let text = &mut self.cache.sides[outcome.index()];
+            if !text.valid {
+                text.len = write_side(side, &mut text.bytes);
+                text.floor = if side.top(CHECKSUM_LEVELS).count() == CHECKSUM_LEVELS {
+                    side.top(CHECKSUM_LEVELS).last().map_or(0, |(p, _)| p)
+                } else {
+                    0
+                };
+                text.valid = true;
+            }
+        }
+        let [up, down] = &self.cache.sides;
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(b"up:");
+        hasher.update(&up.bytes[..up.len]);
+        hasher.update(b"|down:");
+        hasher.update(&down.bytes[..down.len]);
+        hasher.finalize()
+    }
+
     /// The spec's checksum of the book as it stands (SPEC "Checksum").
     pub fn checksum(&self) -> u32 {
         let mut text = [0u8; 512];
@@ -273,6 +347,32 @@ impl Book {
         }
         len
     }
+}
+
+impl ChecksumCache {
+    /// A level of `outcome` at `price` changed.
+    fn touch(&mut self, outcome: Outcome, price: PriceCents) {
+        let text = &mut self.sides[outcome.index()];
+        if price >= text.floor {
+            text.valid = false;
+        }
+    }
+}
+
+/// Writes one side's levels, best first, as `p:c,p:c`; returns the length.
+fn write_side(side: &Side, out: &mut [u8; SIDE_TEXT_MAX]) -> usize {
+    let mut len = 0;
+    for (n, (price, total)) in side.top(CHECKSUM_LEVELS).enumerate() {
+        if n > 0 {
+            out[len] = b',';
+            len += 1;
+        }
+        len += write_price(&mut out[len..], price);
+        out[len] = b':';
+        len += 1;
+        len += write_u64(&mut out[len..], total);
+    }
+    len
 }
 
 /// Writes `0.XX` for a price in cents; returns 4.
@@ -334,6 +434,34 @@ mod tests {
         let expected =
             "up:|down:0.12:1,0.11:1,0.10:1,0.09:1,0.08:1,0.07:1,0.06:1,0.05:1,0.04:1,0.03:1";
         assert_eq!(std::str::from_utf8(&buf[..len]).unwrap(), expected);
+    }
+
+    #[test]
+    fn the_cached_checksum_always_equals_a_fresh_one() {
+        let mut book = Book::default();
+        let mut nodes = Vec::new();
+        // A fixed pseudo-random walk of adds and removes on both sides, deep
+        // enough that many changes fall below the tenth level.
+        let mut x = 12_345u64;
+        for step in 0..5_000u64 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let outcome = if x >> 63 == 0 {
+                Outcome::Up
+            } else {
+                Outcome::Down
+            };
+            let price = 1 + ((x >> 20) % 99) as u8;
+            if (x >> 40) % 3 == 0 && !nodes.is_empty() {
+                let (o, p, n) = nodes.swap_remove(((x >> 8) as usize) % nodes.len());
+                book.remove(o, p, n);
+            } else {
+                let n = book.push(outcome, price, step + 1, 1, 1 + ((x >> 50) % 9) as u32);
+                nodes.push((outcome, price, n));
+            }
+            assert_eq!(book.checksum_cached(), book.checksum(), "step {step}");
+        }
     }
 
     #[test]

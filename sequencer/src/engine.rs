@@ -14,8 +14,7 @@ use crate::hash::StableHasher;
 use crate::limits::*;
 use crate::reply::{ErrorCode, Reject, Reply};
 use crate::state::{
-    position_key, Account, ClientKey, Fill, Key, Market, Order, Pause, Position, Series, State,
-    Trade,
+    position_key, Account, Fill, Key, Market, Order, Pause, Position, Series, State, Trade,
 };
 use crate::types::{
     flip, price_in_range, AccountId, Action, Cents, KeyIdx, KeyLimits, MarketId, MarketStatus,
@@ -686,11 +685,14 @@ impl State {
             Err(reject) => return reject.into(),
         };
         let account_id = key.account;
-        let client_key = ClientKey {
-            account: account_id,
-            client_order_id: new.client_order_id,
-        };
-        if let Some(&existing) = self.client_orders.get(&client_key) {
+        let client_hash = new.client_order_id.index_hash(account_id);
+        let orders = &self.orders;
+        let found = self.client_orders.get(client_hash, |id| {
+            orders.get(id as usize - 1).is_some_and(|o| {
+                o.account == account_id && o.client_order_id == new.client_order_id
+            })
+        });
+        if let Some(existing) = found {
             let order = *self.order(existing).expect("indexed orders exist");
             return if same_order(&order, new) {
                 Reply::Order {
@@ -994,13 +996,8 @@ impl State {
             key.day_used_cents = 0;
         }
         key.day_used_cents += u64::from(new.count) * u64::from(new.price);
-        self.client_orders.insert(
-            ClientKey {
-                account: account_id,
-                client_order_id: new.client_order_id,
-            },
-            id,
-        );
+        self.client_orders
+            .insert(new.client_order_id.index_hash(account_id), id);
         self.orders.push(order);
 
         self.match_order(id, dry.would_fill, (taker_bps, maker_bps), events);
@@ -1077,7 +1074,7 @@ impl State {
                 events.push(Event::Order(maker));
                 self.emit_account(maker.account, maker.market, maker.outcome, events);
             }
-            let checksum = self.markets[taker.market as usize].book.checksum();
+            let checksum = self.markets[taker.market as usize].book.checksum_cached();
             events.push(Event::BookDelta {
                 market: taker.market,
                 outcome: opposite,
@@ -1247,7 +1244,7 @@ impl State {
             market.resting_buy_notional +=
                 Cents::from(order.remaining()) * Cents::from(order.price);
         }
-        let checksum = market.book.checksum();
+        let checksum = market.book.checksum_cached();
         events.push(Event::BookDelta {
             market: order.market,
             outcome: side,
@@ -1316,7 +1313,7 @@ impl State {
         if order.action == Action::Buy {
             market.resting_buy_notional -= Cents::from(removed) * Cents::from(order.price);
         }
-        let checksum = market.book.checksum();
+        let checksum = market.book.checksum_cached();
         events.push(Event::BookDelta {
             market: order.market,
             outcome: side,

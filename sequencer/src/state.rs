@@ -255,16 +255,6 @@ pub struct Fill {
     pub ts_ms: TsMs,
 }
 
-/// Idempotency key: one client_order_id per account.
-#[derive(
-    Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash,
-)]
-#[rkyv(derive(PartialEq, Eq, PartialOrd, Ord))]
-pub struct ClientKey {
-    pub account: AccountId,
-    pub client_order_id: ClientOrderId,
-}
-
 /// Recent prints of one underlying, in arrival order.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct SymbolPrices {
@@ -337,7 +327,8 @@ pub struct State {
     /// Fills; index = id - 1.
     pub fills: Vec<Fill>,
     pub trades_total: u64,
-    pub client_orders: BTreeMap<ClientKey, OrderId>,
+    /// Idempotency: (account, client_order_id) -> order.
+    pub client_orders: crate::index::ClientOrderIndex,
     pub prices: BTreeMap<String, SymbolPrices>,
     pub ledger: Ledger,
     /// Running hash over every event emitted so far.

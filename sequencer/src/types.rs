@@ -110,7 +110,7 @@ pub const fn price_in_range(price: PriceCents) -> bool {
 
 /// A client_order_id stored inline (no allocation per order). Always holds a
 /// value that matched `^[A-Za-z0-9._:-]{1,64}$` when it was made through `new`.
-#[derive(Archive, Serialize, Deserialize, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[rkyv(derive(Debug, PartialEq, Eq, PartialOrd, Ord))]
 pub struct ClientOrderId {
     len: u8,
@@ -149,6 +149,37 @@ impl ClientOrderId {
     /// True when the id still satisfies the pattern (it may come from a journal).
     pub fn is_valid(&self) -> bool {
         Self::new(self.as_str()).is_some_and(|same| same == *self)
+    }
+}
+
+impl std::hash::Hash for ClientOrderId {
+    /// Hashes the bytes in use only: the rest is always zero, and the
+    /// running event hash sees one of these in every order event.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let len = usize::from(self.len).min(CLIENT_ORDER_ID_LEN_MAX);
+        state.write(&self.bytes[..len]);
+    }
+}
+
+impl ClientOrderId {
+    /// A fixed, seedless 64-bit hash of the id and the account using it: the
+    /// idempotency index's key.
+    pub fn index_hash(&self, account: u32) -> u64 {
+        let len = usize::from(self.len).min(CLIENT_ORDER_ID_LEN_MAX);
+        let mut h =
+            0x9e37_79b9_7f4a_7c15u64 ^ u64::from(account).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        // Whole words: the bytes past `len` are zero in every id made by
+        // `new`, and any bytes at all still hash the same on every machine.
+        for word in self.bytes.chunks_exact(8).take(len.div_ceil(8)) {
+            let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            h = (h ^ word)
+                .wrapping_mul(0xc4ce_b9fe_1a85_ec53)
+                .rotate_left(31);
+        }
+        h ^= len as u64;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^ (h >> 33)
     }
 }
 

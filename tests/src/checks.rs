@@ -626,7 +626,7 @@ impl Digest {
                 state.markets.len(),
                 state.orders.len(),
                 state.fills.len(),
-                state.client_orders.len(),
+                state.client_orders.len() as usize,
                 positions,
                 revoked,
             ],
