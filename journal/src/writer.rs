@@ -427,7 +427,10 @@ impl Journal {
         // SAFETY: `create_segment` preallocated the whole file and synced it;
         // it is never shrunk, so every mapped byte is backed. This is the only
         // writer; readers map it read-only.
-        let map = unsafe { MmapMut::map_mut(&file) }
+        // The mapping is populated up front (MAP_POPULATE): a new segment is
+        // written front to back, and taking every page fault here, once per
+        // segment, keeps them off the append path.
+        let map = unsafe { memmap2::MmapOptions::new().populate().map_mut(&file) }
             .map_err(|e| JournalError::io(format!("mapping segment {}", path.display()), e))?;
         self.next_index = index + 1;
         self.active = Some(Active {
