@@ -87,6 +87,10 @@ pub struct ServerConfig {
     pub segment_mib: u64,
     /// Write a snapshot every this many commands (0: only at shutdown).
     pub snapshot_every: u64,
+    /// Start even when the journal is damaged in the middle, cutting it back
+    /// to the last good record (everything after it is lost). Off by
+    /// default: start-up refuses and names the segment and offset.
+    pub truncate_corrupt_journal: bool,
     /// Default cap on an account's amount at risk, in dollars.
     pub account_risk_cap_usd: u64,
     /// New orders per second per key, and the burst.
@@ -125,6 +129,7 @@ impl Default for ServerConfig {
             durability_interval_ms: 5,
             segment_mib: 64,
             snapshot_every: 1_000_000,
+            truncate_corrupt_journal: false,
             account_risk_cap_usd: 100_000,
             orders_per_second: sequencer::limits::NEW_ORDERS_PER_SECOND,
             orders_burst: sequencer::limits::NEW_ORDERS_BURST,

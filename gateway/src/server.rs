@@ -103,6 +103,7 @@ impl Server {
         let token = admin_token(&config.data_dir)?;
         let mut journal = JournalConfig::new(config.journal_dir());
         journal.segment_bytes = config.segment_mib.max(1) * 1024 * 1024;
+        journal.truncate_on_corruption = config.truncate_corrupt_journal;
         journal.durability = match config.durability {
             DurabilityPolicy::Always => Durability::Always,
             DurabilityPolicy::GroupCommit => Durability::GroupCommit,

@@ -61,7 +61,15 @@ impl Node {
     pub fn open(config: NodeConfig, now_ms: u64) -> Result<(Node, OpenReport), NodeError> {
         let journal_dir = config.journal.dir.clone();
         let (journal, recovery) = Journal::open(config.journal)?;
-        let outcome = replay(&journal_dir, config.snapshot_dir.as_deref(), Until::End)?;
+        // A snapshot past the journal's end (the journal was cut back after
+        // damage) describes commands that are no longer recorded: never
+        // start from one.
+        let journal_end = recovery.last_seq.unwrap_or(0);
+        let outcome = replay(
+            &journal_dir,
+            config.snapshot_dir.as_deref(),
+            Until::Seq(journal_end),
+        )?;
         let report = OpenReport {
             recovery,
             from_snapshot: outcome.from_snapshot,

@@ -54,6 +54,10 @@ struct ServeArgs {
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
+    /// Start on a journal damaged in the middle by cutting it back to the
+    /// last good record; everything after that record is lost.
+    #[arg(long)]
+    truncate_corrupt_journal: bool,
 }
 
 fn main() {
@@ -88,6 +92,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         config.data_dir = dir;
     }
     config.log_json |= args.log_json;
+    config.truncate_corrupt_journal |= args.truncate_corrupt_journal;
     init_logs(config.log_json);
 
     let stop = Arc::new(AtomicBool::new(false));

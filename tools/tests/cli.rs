@@ -345,3 +345,81 @@ fn demo_then_sigterm_then_restart_keeps_the_account_and_its_orders() {
     assert_eq!(balance_before, balance_after);
     assert!(sigterm(&mut again.child).success());
 }
+
+#[test]
+fn a_journal_damaged_in_the_middle_stops_start_up_until_told_to_truncate() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve(dir.path(), true);
+    let key = server.demo_key.clone().unwrap();
+    // More records after the demo account, so the damage is mid-log.
+    for _ in 0..5 {
+        http(&server.addr, "GET", "/account", &key, None);
+    }
+    assert!(sigterm(&mut server.child).success());
+    let segment = std::fs::read_dir(dir.path().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    // A byte inside the payload of an early record (after the 64-byte
+    // segment header and the first 32-byte record header).
+    bytes[64 + 32 + 8] ^= 0x5a;
+    std::fs::write(&segment, &bytes).unwrap();
+
+    let (port, admin_port) = (free_port(), free_port());
+    let output = Command::new(BIN)
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin_port}"),
+        ])
+        .env("UPDOWN_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "start-up refuses a damaged journal"
+    );
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains(&segment.file_name().unwrap().to_string_lossy().to_string()),
+        "{err}"
+    );
+    assert!(err.contains("offset"), "{err}");
+
+    let mut recovered = Command::new(BIN)
+        .args(["serve", "--truncate-corrupt-journal", "--data-dir"])
+        .arg(dir.path())
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin_port}"),
+        ])
+        .env("UPDOWN_LOG", "off")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "serve with --truncate-corrupt-journal starts"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The venue works on what was kept: the demo account's key came after
+    // the damaged record, so it is gone, and new commands are journaled.
+    let (status, refused) = http(&format!("127.0.0.1:{port}"), "GET", "/account", &key, None);
+    assert_eq!(
+        (status, refused["message"].as_str()),
+        (401, Some("Invalid API key."))
+    );
+    let (status, _) = http(&format!("127.0.0.1:{port}"), "GET", "/markets", &key, None);
+    assert_eq!(status, 200);
+    assert!(sigterm(&mut recovered).success());
+}
