@@ -114,6 +114,11 @@ pub struct ServerConfig {
     pub workers: usize,
     /// Log as JSON lines instead of readable text.
     pub log_json: bool,
+    /// Messages a websocket connection may have waiting; past it, messages
+    /// are dropped for that connection and its client sees a seq gap.
+    pub ws_queue_capacity: usize,
+    /// The server pings every websocket this often (SPEC: 10 s).
+    pub ws_ping_interval_ms: u64,
     pub series: Vec<SeriesEntry>,
 }
 
@@ -142,6 +147,8 @@ impl Default for ServerConfig {
             queue_capacity: 65_536,
             workers: 1,
             log_json: false,
+            ws_queue_capacity: crate::ws::QUEUE_CAPACITY_DEFAULT,
+            ws_ping_interval_ms: sequencer::limits::WS_PING_INTERVAL_MS,
             series: default_series(),
         }
     }

@@ -273,6 +273,8 @@ fn run(
     };
     let mut batch: Vec<Job> = Vec::with_capacity(BATCH_MAX);
     let mut answers: Vec<Pending> = Vec::with_capacity(BATCH_MAX);
+    // The publisher's first picture of the state, before any new command.
+    events(this.node.state(), &[]);
     loop {
         let wait = this.until_due();
         match rx.recv_timeout(wait) {

@@ -1,4 +1,4 @@
-//! The venue's front door: HTTP and (later) websocket gateways in front of
+//! The venue's front door: HTTP and websocket gateways in front of
 //! the single sequencer thread.
 //!
 //! Gateway tasks parse, validate the shape of requests and hash key secrets;
@@ -21,6 +21,7 @@ pub mod error;
 pub mod feed;
 pub mod metrics;
 pub mod server;
+pub mod ws;
 
 pub use config::ServerConfig;
 pub use server::{Server, StartError};

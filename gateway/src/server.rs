@@ -57,6 +57,9 @@ pub struct Server {
     servers: Vec<tokio::task::JoinHandle<()>>,
     pub submitter: crate::engine::Submitter,
     pub open_report: String,
+    /// The websocket's hub and its publisher thread.
+    pub ws: Arc<crate::ws::Hub>,
+    publisher: Option<crate::ws::Publisher>,
 }
 
 /// The token file in a data directory.
@@ -166,7 +169,12 @@ impl Server {
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             queue_capacity: config.queue_capacity.max(16),
         };
-        let engine = Engine::start(node, settings, metrics, failures, Box::new(|_, _| {}));
+        // The websocket publisher takes each committed batch's events.
+        let (ws, events, publisher) = crate::ws::start(crate::ws::WsSettings {
+            queue_capacity: config.ws_queue_capacity.max(1),
+            ping_interval: Duration::from_millis(config.ws_ping_interval_ms.max(10)),
+        });
+        let engine = Engine::start(node, settings, metrics, failures, events);
         let submitter = engine.submitter.clone();
 
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -226,6 +234,7 @@ impl Server {
             environment,
             lockout,
             openapi: OPENAPI,
+            ws: ws.clone(),
         });
         let admin = Arc::new(Admin {
             submitter: submitter.clone(),
@@ -269,6 +278,8 @@ impl Server {
             servers,
             submitter,
             open_report,
+            ws,
+            publisher: Some(publisher),
         })
     }
 
@@ -287,6 +298,8 @@ impl Server {
         let Some(runtime) = self.runtime.take() else {
             return;
         };
+        // Websocket connections close with 1001 before the listeners stop.
+        self.ws.shutdown();
         self.shutdown.notify_waiters();
         for handle in self.servers.drain(..) {
             let _ = runtime
@@ -297,6 +310,10 @@ impl Server {
             let _ = feed.join();
         }
         self.engine.shutdown();
+        // The sequencer thread dropped its event sink: the publisher ends.
+        if let Some(publisher) = self.publisher.take() {
+            let _ = publisher.handle.join();
+        }
         runtime.shutdown_timeout(Duration::from_secs(1));
         let _ = std::fs::remove_file(server_file_path(&self.data_dir));
     }

@@ -15,10 +15,16 @@ fn ticker(state: &State, market: u32) -> &str {
 /// An Order record: exactly the spec's fields, the optional two only when
 /// there are fills.
 pub fn order(state: &State, o: &Order) -> Value {
+    order_in(ticker(state, o.market), o)
+}
+
+/// An Order record of a market whose ticker the caller knows (the
+/// websocket publisher, which has no `State`).
+pub fn order_in(market_ticker: &str, o: &Order) -> Value {
     let mut map = Map::new();
     map.insert("order_id".into(), o.id.to_string().into());
     map.insert("client_order_id".into(), o.client_order_id.as_str().into());
-    map.insert("market_ticker".into(), ticker(state, o.market).into());
+    map.insert("market_ticker".into(), market_ticker.into());
     map.insert("outcome".into(), o.outcome.as_str().into());
     map.insert("action".into(), o.action.as_str().into());
     map.insert("price".into(), price(o.price).into());
@@ -50,9 +56,14 @@ fn remaining(o: &Order) -> u32 {
 
 /// A Fill record.
 pub fn fill(state: &State, f: &Fill) -> Value {
+    fill_in(ticker(state, f.market), f)
+}
+
+/// A Fill record of a market whose ticker the caller knows.
+pub fn fill_in(market_ticker: &str, f: &Fill) -> Value {
     json!({
         "fill_id": f.id.to_string(),
-        "market_ticker": ticker(state, f.market),
+        "market_ticker": market_ticker,
         "outcome": f.outcome.as_str(),
         "action": f.action.as_str(),
         "price": price(f.price),
@@ -123,9 +134,14 @@ pub fn market(state: &State, m: &Market) -> Value {
 
 /// A public trade (the REST trades endpoint and the websocket `trade`).
 pub fn trade(state: &State, t: &Trade) -> Value {
+    trade_in(ticker(state, t.market), t)
+}
+
+/// A public trade of a market whose ticker the caller knows.
+pub fn trade_in(market_ticker: &str, t: &Trade) -> Value {
     json!({
         "trade_id": t.trade_id.to_string(),
-        "market_ticker": ticker(state, t.market),
+        "market_ticker": market_ticker,
         "up_price": price(t.up_price),
         "down_price": price(flip(t.up_price)),
         "count": t.count.to_string(),

@@ -71,6 +71,8 @@ pub struct App {
     pub environment: Environment,
     pub lockout: Arc<Lockout>,
     pub openapi: &'static str,
+    /// The websocket's publisher and connection limits (`/v1/ws`).
+    pub ws: Arc<crate::ws::Hub>,
 }
 
 type Shared = State<Arc<App>>;
@@ -125,6 +127,8 @@ pub fn router(app: Arc<App>) -> Router {
     let v1 = ROUTES.iter().fold(Router::new(), |v1, &(method, path)| {
         v1.route(path, handler(method, path))
     });
+    // The websocket, documented in asyncapi.json rather than openapi.json.
+    let v1 = v1.route("/ws", get(crate::ws::handler));
     Router::new()
         .nest("/v1", v1)
         .route("/metrics", get(metrics))
@@ -175,7 +179,7 @@ fn respond(answer: Answer) -> Response {
 
 impl App {
     /// The caller of a keyed request, after the lockout and format checks.
-    fn caller(
+    pub(crate) fn caller(
         &self,
         headers: &HeaderMap,
         ip: IpAddr,

@@ -1,0 +1,572 @@
+//! One websocket connection: the upgrade (limits, Origin, bearer key), a
+//! reader task that turns frames into messages (fragments joined, 64 KB
+//! enforced), and the connection task that writes data and replies, runs
+//! commands, rate-limits them, pings, and closes with the documented codes.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{ConnectInfo, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use fastwebsockets::upgrade::{IncomingUpgrade, UpgradeFut};
+use fastwebsockets::{Frame, OpCode, Payload, WebSocketError, WebSocketRead, WebSocketWrite};
+use hyper_util::rt::TokioIo;
+use sequencer::limits::{WS_COMMANDS_BURST, WS_COMMANDS_PER_SECOND, WS_MESSAGE_BYTES_MAX};
+use sequencer::types::AccountId;
+use sequencer::ErrorCode as ApiCode;
+use serde_json::{json, Value};
+use tokio::io::{ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, oneshot};
+
+use super::protocol::{self, Command, ErrorCode, WsError};
+use super::publisher::{Control, Out, Sid};
+use super::{Hub, Slot};
+use crate::api::rest::App;
+use crate::engine::{now_ms, Caller};
+use crate::error::ApiError;
+
+type Stream = TokioIo<hyper::upgrade::Upgraded>;
+type Writer = WebSocketWrite<WriteHalf<Stream>>;
+type Reader = WebSocketRead<ReadHalf<Stream>>;
+
+/// Close codes sent by the server.
+pub mod close {
+    /// The server is shutting down, or the client stopped answering pings.
+    pub const GOING_AWAY: u16 = 1001;
+    /// A frame broke the websocket protocol.
+    pub const PROTOCOL: u16 = 1002;
+    /// A text message that is not UTF-8.
+    pub const INVALID_DATA: u16 = 1007;
+    /// Commands over the rate, or the key stopped being valid.
+    pub const POLICY: u16 = 1008;
+    /// A client message over 64 KB.
+    pub const TOO_BIG: u16 = 1009;
+}
+
+/// A write that takes longer than this ends the connection (a client that
+/// does not read).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After closing on an error, the connection is kept this long so the
+/// client can read the close frame before the socket goes.
+const LINGER: Duration = Duration::from_secs(1);
+/// How long a command waits for the publisher or the sequencer.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Data messages written per wake-up before looking at commands again.
+const WRITE_BATCH: usize = 256;
+
+/// An authenticated connection's key.
+#[derive(Clone, Debug)]
+struct Auth {
+    caller: Caller,
+    account: AccountId,
+}
+
+/// `GET /v1/ws`: the upgrade. Refusals are HTTP answers in the spec's error
+/// shape: 400 without a websocket upgrade, 429 over 20 connections from the
+/// address, 401/429 for a bearer key that is refused. Any Origin is
+/// accepted: nothing rides on cookies, a private channel needs the key.
+pub async fn handler(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    upgrade: Result<IncomingUpgrade, StatusCode>,
+) -> Response {
+    let hub = app.ws.clone();
+    let upgrade = match upgrade {
+        Ok(u) if is_upgrade(&headers) => u,
+        _ => {
+            return ApiError::bad_request(
+                "This endpoint is a websocket: send an HTTP/1.1 upgrade (Connection: Upgrade, \
+                 Upgrade: websocket, Sec-WebSocket-Version: 13).",
+            )
+            .into_response()
+        }
+    };
+    let ip = peer.ip();
+    let Some(slot) = hub.acquire(ip) else {
+        return ApiError::rate_limited(
+            format!(
+                "At most {} websocket connections per IP address.",
+                sequencer::limits::WS_CONNECTIONS_PER_IP
+            ),
+            1,
+        )
+        .into_response();
+    };
+    let auth = if headers.contains_key(header::AUTHORIZATION) {
+        match authenticate(&app, &headers, ip).await {
+            Ok(auth) => Some(auth),
+            Err(e) => return e.into_response(),
+        }
+    } else {
+        None
+    };
+    let (response, fut) = match upgrade.upgrade() {
+        Ok(pair) => pair,
+        Err(_) => return ApiError::bad_request("The upgrade failed.").into_response(),
+    };
+    tokio::spawn(run(app, fut, slot, auth, ip));
+    response.into_response()
+}
+
+fn header_has(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    header_has(headers, header::CONNECTION, "upgrade")
+        && header_has(headers, header::UPGRADE, "websocket")
+}
+
+/// The REST path for a key: format and lockout here, secret, revocation,
+/// expiry, address and suspension on the sequencer thread.
+async fn authenticate(app: &App, headers: &HeaderMap, ip: IpAddr) -> Result<Auth, ApiError> {
+    let caller = app.caller(headers, ip, false)?;
+    let (_, body) = app
+        .submitter
+        .read(
+            Some(caller.clone()),
+            Box::new(|state, key| {
+                let key = state.authorize_read(key.expect("authenticated"))?;
+                Ok((StatusCode::OK, json!({ "account": key.account })))
+            }),
+        )
+        .await?;
+    let account = body["account"]
+        .as_u64()
+        .and_then(|a| AccountId::try_from(a).ok())
+        .ok_or_else(|| ApiError::unavailable("The key could not be checked."))?;
+    Ok(Auth { caller, account })
+}
+
+/// What the reader task hands the connection task.
+enum Incoming {
+    Text(String),
+    Binary,
+    Ping(Vec<u8>),
+    Pong,
+    Close(Vec<u8>),
+    TooBig,
+    Broken(u16, &'static str),
+}
+
+async fn read_loop(mut reader: Reader, tx: mpsc::Sender<Incoming>) {
+    let mut partial: Option<(bool, Vec<u8>)> = None;
+    loop {
+        let frame = match reader
+            .read_frame::<_, WebSocketError>(&mut |_| async { Ok(()) })
+            .await
+        {
+            Ok(frame) => frame,
+            Err(WebSocketError::FrameTooLarge) => {
+                let _ = tx.send(Incoming::TooBig).await;
+                return;
+            }
+            Err(WebSocketError::InvalidUTF8) => {
+                let _ = tx
+                    .send(Incoming::Broken(close::INVALID_DATA, "Text must be UTF-8."))
+                    .await;
+                return;
+            }
+            Err(WebSocketError::UnexpectedEOF | WebSocketError::IoError(_)) => return,
+            Err(_) => {
+                let _ = tx
+                    .send(Incoming::Broken(close::PROTOCOL, "Protocol error."))
+                    .await;
+                return;
+            }
+        };
+        let message = match frame.opcode {
+            OpCode::Text | OpCode::Binary if partial.is_some() => {
+                Incoming::Broken(close::PROTOCOL, "A new message inside a fragmented one.")
+            }
+            OpCode::Text | OpCode::Binary if !frame.fin => {
+                partial = Some((frame.opcode == OpCode::Text, frame.payload.to_vec()));
+                continue;
+            }
+            OpCode::Text => match String::from_utf8(frame.payload.to_vec()) {
+                Ok(text) => Incoming::Text(text),
+                Err(_) => Incoming::Broken(close::INVALID_DATA, "Text must be UTF-8."),
+            },
+            OpCode::Binary => Incoming::Binary,
+            OpCode::Continuation => match partial.as_mut() {
+                None => Incoming::Broken(close::PROTOCOL, "A continuation without a message."),
+                Some((_, buffer)) if buffer.len() + frame.payload.len() > WS_MESSAGE_BYTES_MAX => {
+                    Incoming::TooBig
+                }
+                Some((_, buffer)) => {
+                    buffer.extend_from_slice(&frame.payload);
+                    if !frame.fin {
+                        continue;
+                    }
+                    let (text, buffer) = partial.take().expect("present");
+                    if !text {
+                        Incoming::Binary
+                    } else {
+                        match String::from_utf8(buffer) {
+                            Ok(text) => Incoming::Text(text),
+                            Err(_) => Incoming::Broken(close::INVALID_DATA, "Text must be UTF-8."),
+                        }
+                    }
+                }
+            },
+            OpCode::Ping => Incoming::Ping(frame.payload.to_vec()),
+            OpCode::Pong => Incoming::Pong,
+            OpCode::Close => Incoming::Close(frame.payload.to_vec()),
+        };
+        let last = matches!(
+            message,
+            Incoming::Close(_) | Incoming::TooBig | Incoming::Broken(..)
+        );
+        if tx.send(message).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+/// A token bucket: 10 commands per second, bursts of 20.
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    fn new() -> Self {
+        Self {
+            tokens: f64::from(WS_COMMANDS_BURST),
+            last: Instant::now(),
+        }
+    }
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let refill =
+            now.duration_since(self.last).as_secs_f64() * f64::from(WS_COMMANDS_PER_SECOND);
+        self.tokens = (self.tokens + refill).min(f64::from(WS_COMMANDS_BURST));
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+struct Session {
+    app: Arc<App>,
+    hub: Arc<Hub>,
+    conn: u64,
+    ip: IpAddr,
+    writer: Writer,
+    buffer: Vec<u8>,
+    /// Sids whose data may be written: `subscribed` sent, `unsubscribed` not.
+    live: BTreeSet<Sid>,
+    auth: Option<Auth>,
+    bucket: Bucket,
+}
+
+/// How a session ended.
+enum End {
+    /// The peer went away or the socket failed: nothing more to send.
+    Gone,
+    /// We sent a close frame: keep the socket a moment for the peer.
+    Closed,
+}
+
+async fn run(app: Arc<App>, fut: UpgradeFut, slot: Slot, auth: Option<Auth>, ip: IpAddr) {
+    let Ok(ws) = fut.await else {
+        return;
+    };
+    let hub = app.ws.clone();
+    let (mut reader, writer) = ws.split(tokio::io::split);
+    reader.set_auto_pong(false);
+    reader.set_auto_close(false);
+    // fastwebsockets refuses a frame of `max` bytes or more: 64 KB passes.
+    reader.set_max_message_size(WS_MESSAGE_BYTES_MAX + 1);
+    let (in_tx, mut in_rx) = mpsc::channel(8);
+    let read_task = tokio::spawn(read_loop(reader, in_tx));
+    let conn = hub.next_conn_id();
+    let (out_tx, mut out_rx) = mpsc::channel(hub.settings.queue_capacity.max(1));
+    hub.send(Control::Open {
+        conn,
+        tx: out_tx,
+        account: auth.as_ref().map(|a| a.account),
+    });
+    let mut session = Session {
+        app,
+        hub: hub.clone(),
+        conn,
+        ip,
+        writer,
+        buffer: Vec::with_capacity(1024),
+        live: BTreeSet::new(),
+        auth,
+        bucket: Bucket::new(),
+    };
+    let end = session.serve(&mut in_rx, &mut out_rx).await;
+    hub.send(Control::Close { conn });
+    drop(out_rx);
+    if let End::Closed = end {
+        // Read (and drop) until the peer's close, EOF, or the linger ends.
+        let _ = tokio::time::timeout(LINGER, async {
+            loop {
+                match in_rx.recv().await {
+                    Some(Incoming::Close(_)) => return,
+                    Some(_) => {}
+                    None => std::future::pending::<()>().await,
+                }
+            }
+        })
+        .await;
+    }
+    read_task.abort();
+    drop(slot);
+}
+
+impl Session {
+    async fn write(&mut self, frame: Frame<'_>) -> bool {
+        matches!(
+            tokio::time::timeout(WRITE_TIMEOUT, self.writer.write_frame(frame)).await,
+            Ok(Ok(()))
+        )
+    }
+
+    async fn text(&mut self, text: &str) -> bool {
+        self.write(Frame::text(Payload::Borrowed(text.as_bytes())))
+            .await
+    }
+
+    async fn close(&mut self, code: u16, reason: &str) -> End {
+        let mut end = reason.len().min(123);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        let _ = self
+            .write(Frame::close(code, &reason.as_bytes()[..end]))
+            .await;
+        End::Closed
+    }
+
+    async fn data(&mut self, out: Out) -> bool {
+        if !self.live.contains(&out.sid) {
+            return true;
+        }
+        protocol::envelope(
+            &mut self.buffer,
+            out.kind,
+            out.sid,
+            out.seq,
+            now_ms(),
+            &out.msg,
+        );
+        let frame = Frame::text(Payload::Borrowed(&self.buffer));
+        matches!(
+            tokio::time::timeout(WRITE_TIMEOUT, self.writer.write_frame(frame)).await,
+            Ok(Ok(()))
+        )
+    }
+
+    async fn serve(
+        &mut self,
+        in_rx: &mut mpsc::Receiver<Incoming>,
+        out_rx: &mut mpsc::Receiver<Out>,
+    ) -> End {
+        let interval = self
+            .hub
+            .settings
+            .ping_interval
+            .max(Duration::from_millis(10));
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        let mut shutdown = self.hub.shutdown_signal();
+        let mut last_seen = Instant::now();
+        if *shutdown.borrow() {
+            return self
+                .close(close::GOING_AWAY, "The server is shutting down.")
+                .await;
+        }
+        loop {
+            // Biased: shutdown, then commands, then the ping (ready once an
+            // interval, so a busy data stream cannot starve it), then data.
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => {
+                    return self.close(close::GOING_AWAY, "The server is shutting down.").await;
+                }
+                incoming = in_rx.recv() => {
+                    let Some(incoming) = incoming else { return End::Gone };
+                    last_seen = Instant::now();
+                    match incoming {
+                        Incoming::Text(text) => {
+                            if !self.bucket.take() {
+                                return self.close(close::POLICY, &format!(
+                                    "Too many commands: at most {WS_COMMANDS_PER_SECOND} per second, bursts of {WS_COMMANDS_BURST}."
+                                )).await;
+                            }
+                            for frame in self.command(&text).await {
+                                if !self.text(&frame).await {
+                                    return End::Gone;
+                                }
+                            }
+                        }
+                        Incoming::Binary => {
+                            if !self.bucket.take() {
+                                return self.close(close::POLICY, "Too many commands.").await;
+                            }
+                            let e = WsError::new(ErrorCode::BadParams, "Commands are JSON text frames.");
+                            if !self.text(&protocol::error(&Value::Null, &e)).await {
+                                return End::Gone;
+                            }
+                        }
+                        Incoming::Ping(payload) => {
+                            if !self.write(Frame::pong(Payload::Owned(payload))).await {
+                                return End::Gone;
+                            }
+                        }
+                        Incoming::Pong => {}
+                        Incoming::Close(payload) => {
+                            // Answer the peer's close (RFC 6455 5.5.1), then go.
+                            let answer = if payload.len() >= 2 {
+                                Frame::close(1000, b"")
+                            } else {
+                                Frame::close_raw(Payload::Borrowed(&[]))
+                            };
+                            let _ = self.write(answer).await;
+                            return End::Gone;
+                        }
+                        Incoming::TooBig => {
+                            return self.close(close::TOO_BIG, "A message is limited to 64 KB.").await;
+                        }
+                        Incoming::Broken(code, reason) => return self.close(code, reason).await,
+                    }
+                }
+                _ = ping.tick() => {
+                    if last_seen.elapsed() > 2 * interval {
+                        return self.close(close::GOING_AWAY, "No answer to pings.").await;
+                    }
+                    if !self.write(Frame::new(true, OpCode::Ping, None, Payload::Borrowed(&[]))).await {
+                        return End::Gone;
+                    }
+                    if let Some(reason) = self.key_refused().await {
+                        return self.close(close::POLICY, &reason).await;
+                    }
+                }
+                out = out_rx.recv() => {
+                    let Some(out) = out else { return End::Gone };
+                    if !self.data(out).await {
+                        return End::Gone;
+                    }
+                    for _ in 0..WRITE_BATCH {
+                        match out_rx.try_recv() {
+                            Ok(out) => if !self.data(out).await { return End::Gone },
+                            Err(_) => break,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Revocation, expiry and suspension reach an open connection within a
+    /// ping interval: the key is checked again at every ping.
+    async fn key_refused(&mut self) -> Option<String> {
+        let caller = self.auth.as_ref()?.caller.clone();
+        let answer = self
+            .app
+            .submitter
+            .read(
+                Some(caller),
+                Box::new(|state, key| {
+                    state.authorize_read(key.expect("authenticated"))?;
+                    Ok((StatusCode::OK, Value::Null))
+                }),
+            )
+            .await;
+        match answer {
+            Err(e) if e.code != ApiCode::ExchangeUnavailable => Some(e.message),
+            _ => None,
+        }
+    }
+
+    /// Runs one command; returns the frames to write, in order.
+    async fn command(&mut self, text: &str) -> Vec<String> {
+        let (id, parsed) = protocol::parse(text);
+        let command = match parsed {
+            Ok(c) => c,
+            Err(e) => return vec![protocol::error(&id, &e)],
+        };
+        if let Command::Login { api_key } = &command {
+            return vec![self.login(&id, api_key).await];
+        }
+        let (reply, rx) = oneshot::channel();
+        let sent = self.hub.send(Control::Command {
+            conn: self.conn,
+            id: id.clone(),
+            command,
+            reply,
+        });
+        let answer = match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
+            Ok(Ok(answer)) if sent => answer,
+            _ => {
+                let e = WsError::new(
+                    ErrorCode::Unavailable,
+                    "The server could not answer in time; retry.",
+                );
+                return vec![protocol::error(&id, &e)];
+            }
+        };
+        self.live.extend(answer.added);
+        for sid in answer.removed {
+            self.live.remove(&sid);
+        }
+        answer.frames
+    }
+
+    async fn login(&mut self, id: &Value, api_key: &str) -> String {
+        if self.auth.is_some() {
+            let e = WsError::new(
+                ErrorCode::AlreadyAuthenticated,
+                "This connection is already authenticated.",
+            );
+            return protocol::error(id, &e);
+        }
+        let refused =
+            |message: String| protocol::error(id, &WsError::new(ErrorCode::InvalidKey, message));
+        let invalid = sequencer::auth::KeyRefusal::Invalid.message().to_string();
+        let mut headers = HeaderMap::new();
+        match HeaderValue::from_str(&format!("Bearer {api_key}")) {
+            Ok(value) if api_key.starts_with("tk_") => {
+                headers.insert(header::AUTHORIZATION, value);
+            }
+            _ => {
+                if let Err(e) = self.app.lockout.check(self.ip) {
+                    return refused(e.message);
+                }
+                self.app.lockout.fail(self.ip);
+                return refused(invalid);
+            }
+        }
+        match authenticate(&self.app, &headers, self.ip).await {
+            Ok(auth) => {
+                let key_id = auth.caller.key_id.clone();
+                self.hub.send(Control::Authenticated {
+                    conn: self.conn,
+                    account: auth.account,
+                });
+                self.auth = Some(auth);
+                protocol::reply(id, "ok", json!({ "key_id": key_id }))
+            }
+            Err(e) if e.code == ApiCode::ExchangeUnavailable => {
+                protocol::error(id, &WsError::new(ErrorCode::Unavailable, e.message))
+            }
+            Err(e) => refused(e.message),
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The websocket: live books, tickers, trades, windows, prices and the
+//! private channels, at `/v1/ws` (protocol in `gateway/asyncapi.json`).
+//!
+//! Pipeline (numbered as it runs):
+//! 1. on the sequencer thread, after each committed batch, the [`EventSink`]
+//!    clones the batch's public and private events (the first time, a
+//!    [`publisher::Picture`] of the state instead) and `try_send`s them into
+//!    one bounded channel: it never waits and never serializes;
+//! 2. the publisher thread keeps a mirror of every unsettled book from the
+//!    `BookDelta`s, the market directory, each market's top and each
+//!    symbol's last price; it serializes each event once per channel and
+//!    hands the shared bytes with a per-subscription `seq` to every
+//!    subscribed connection's bounded queue (`try_send`, never waiting);
+//! 3. each connection's task writes the envelope `{type, sid, seq, ts_ms,
+//!    msg}` around the shared `msg`, answers commands (subscription changes
+//!    go through the publisher, so a snapshot and the deltas after it are
+//!    always consistent), pings, and enforces the limits.
+//!
+//! Overload, decided: a connection whose queue is full loses that message,
+//! and its subscription's `seq` still advances, so the client sees a gap
+//! and recovers with `get_snapshot` (SPEC "Recovery"). If the publisher
+//! itself falls behind the sequencer (its input channel full), the batch is
+//! dropped, the next batch is replaced by a fresh picture of the state, and
+//! every subscription's `seq` skips one number before fresh snapshots, so
+//! again every client sees a gap. Memory stays bounded either way.
+
+mod conn;
+pub mod protocol;
+pub mod publisher;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::TrySendError;
+use sequencer::limits::WS_CONNECTIONS_PER_IP;
+use sequencer::{Event, State};
+use tokio::sync::watch;
+
+pub use conn::handler;
+
+use crate::engine::EventSink;
+use publisher::{Control, Input, Picture};
+
+/// Subscriptions per connection (SPEC Limits).
+pub const SUBSCRIPTIONS_MAX: usize = sequencer::limits::WS_SUBSCRIPTIONS_PER_CONNECTION as usize;
+/// Batches waiting between the sequencer thread and the publisher.
+pub const INPUT_BATCHES_MAX: usize = 16_384;
+/// Websocket connections on the whole server (the venue's own bound; the
+/// spec's is per address).
+pub const CONNECTIONS_MAX: u32 = 10_000;
+/// Default length of a connection's outgoing queue, in messages.
+pub const QUEUE_CAPACITY_DEFAULT: usize = 4_096;
+
+/// Settings of the websocket.
+#[derive(Clone, Debug)]
+pub struct WsSettings {
+    /// Messages a connection may have waiting to be written; past it,
+    /// messages are dropped for that connection (a seq gap).
+    pub queue_capacity: usize,
+    /// The server pings every this long; a connection silent for two
+    /// intervals is closed.
+    pub ping_interval: Duration,
+}
+
+/// Counters of the publisher, for metrics and tests.
+#[derive(Default, Debug)]
+pub struct Stats {
+    /// Messages dropped because a connection's queue was full.
+    pub dropped: AtomicU64,
+    /// Batches the publisher could not take (each one forces a resync).
+    pub lost_batches: AtomicU64,
+    /// Messages handed to connection queues.
+    pub sent: AtomicU64,
+}
+
+/// What the gateway's handlers share about the websocket.
+pub struct Hub {
+    control: crossbeam_channel::Sender<Control>,
+    pub settings: WsSettings,
+    pub stats: Arc<Stats>,
+    connections: Mutex<HashMap<IpAddr, u32>>,
+    next_conn: AtomicU64,
+    shutdown: watch::Sender<bool>,
+}
+
+/// The running publisher thread.
+pub struct Publisher {
+    pub handle: std::thread::JoinHandle<()>,
+}
+
+/// Starts the publisher thread; returns the hub for the handlers and the
+/// sink to give the sequencer thread.
+pub fn start(settings: WsSettings) -> (Arc<Hub>, EventSink, Publisher) {
+    let (input_tx, input_rx) = crossbeam_channel::bounded::<Input>(INPUT_BATCHES_MAX);
+    // Unbounded, but each connection has at most one command in flight and
+    // connections are bounded: its length is bounded by them.
+    let (control_tx, control_rx) = crossbeam_channel::unbounded::<Control>();
+    let stats = Arc::new(Stats::default());
+    let thread_stats = stats.clone();
+    let handle = std::thread::Builder::new()
+        .name("ws-publisher".into())
+        .spawn(move || publisher::run(input_rx, control_rx, thread_stats))
+        .expect("spawn the websocket publisher thread");
+    let (shutdown, _) = watch::channel(false);
+    let hub = Arc::new(Hub {
+        control: control_tx,
+        settings,
+        stats: stats.clone(),
+        connections: Mutex::new(HashMap::new()),
+        next_conn: AtomicU64::new(1),
+        shutdown,
+    });
+    (hub, sink(input_tx, stats), Publisher { handle })
+}
+
+/// Events the publisher uses; the rest (keys, account flags, pauses) stay
+/// on the sequencer thread.
+fn published(event: &Event) -> bool {
+    !matches!(
+        event,
+        Event::Key(_) | Event::Account { .. } | Event::Trading { .. }
+    )
+}
+
+/// The closure the sequencer thread calls after each committed batch. It
+/// clones and `try_send`s, nothing more; a picture is taken only the first
+/// time and after a lost batch.
+fn sink(tx: crossbeam_channel::Sender<Input>, stats: Arc<Stats>) -> EventSink {
+    let mut owe_picture = true;
+    let mut dead = false;
+    Box::new(move |state: &State, events: &[Event]| {
+        if dead {
+            return;
+        }
+        let input = if owe_picture {
+            // The state already holds this batch's events.
+            Input::Picture(Picture::of(state))
+        } else {
+            let events: Vec<Event> = events.iter().filter(|e| published(e)).cloned().collect();
+            if events.is_empty() {
+                return;
+            }
+            Input::Events(events)
+        };
+        match tx.try_send(input) {
+            Ok(()) => owe_picture = false,
+            Err(TrySendError::Full(_)) => {
+                owe_picture = true;
+                stats.lost_batches.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(TrySendError::Disconnected(_)) => dead = true,
+        }
+    })
+}
+
+impl Hub {
+    fn send(&self, control: Control) -> bool {
+        self.control.send(control).is_ok()
+    }
+
+    fn next_conn_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A connection slot for `ip`, or `None` at the per-address limit.
+    fn acquire(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let mut connections = self.connections.lock().expect("connections lock");
+        let total: u32 = connections.values().sum();
+        let count = connections.entry(ip).or_insert(0);
+        if *count >= WS_CONNECTIONS_PER_IP || total >= CONNECTIONS_MAX {
+            return None;
+        }
+        *count += 1;
+        Some(Slot {
+            hub: self.clone(),
+            ip,
+        })
+    }
+
+    /// Open websocket connections from `ip`.
+    pub fn connections_from(&self, ip: IpAddr) -> u32 {
+        self.connections
+            .lock()
+            .map_or(0, |c| c.get(&ip).copied().unwrap_or(0))
+    }
+
+    /// Tells every connection to close (1001) at shutdown.
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+}
+
+/// One connection's place in the per-address count; released on drop.
+struct Slot {
+    hub: Arc<Hub>,
+    ip: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut connections) = self.hub.connections.lock() {
+            if let Some(count) = connections.get_mut(&self.ip) {
+                *count -= 1;
+                if *count == 0 {
+                    connections.remove(&self.ip);
+                }
+            }
+        }
+    }
+}

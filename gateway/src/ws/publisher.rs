@@ -1,0 +1,1123 @@
+//! The publisher thread: a mirror of the public state built from the event
+//! stream, the subscriptions of every connection with indexes by market,
+//! series, symbol and account, and the fan-out of each event, serialized
+//! once, to the connections' bounded queues.
+//!
+//! Everything here runs on one thread, so a subscription change sees the
+//! mirror exactly as of the events already fanned out: a snapshot is always
+//! followed by precisely the deltas after it, and its checksum equals the
+//! checksum of the last delta before it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use crossbeam_channel::{never, select, Receiver};
+use sequencer::event::{Phase, Top};
+use sequencer::limits::CHECKSUM_LEVELS;
+use sequencer::query::{BalanceView, PositionView};
+use sequencer::types::{AccountId, MarketId, Outcome};
+use sequencer::wire::{price, price_e8};
+use sequencer::{Event, State};
+use serde_json::{json, Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::protocol::{self, Action, Channel, Command, ErrorCode, Keyed, Keys, WsError};
+use super::{Stats, SUBSCRIPTIONS_MAX};
+use crate::api::json;
+
+/// A connection's id, unique for the life of the server.
+pub type ConnId = u64;
+/// A subscription's id, unique on its connection, from 1.
+pub type Sid = u32;
+type SubKey = (ConnId, Sid);
+
+/// Market and series tickers one subscription may hold (the venue's own
+/// bound; the spec bounds each command at 100).
+pub const SUB_TICKERS_MAX: usize = 1_000;
+/// Symbols one subscription may hold.
+pub const SUB_SYMBOLS_MAX: usize = 640;
+
+const LEVELS: usize = sequencer::limits::PRICE_CENTS_MAX as usize + 1;
+type Sides = [[u64; LEVELS]; 2];
+
+/// One data message for one subscription: the envelope's parts, with the
+/// `msg` bytes shared by every subscriber.
+#[derive(Clone, Debug)]
+pub struct Out {
+    pub kind: &'static str,
+    pub sid: Sid,
+    pub seq: u64,
+    pub msg: Bytes,
+}
+
+/// What the sequencer thread sends.
+pub enum Input {
+    /// The public state as it stands after a batch (the first time, and
+    /// after a batch was lost).
+    Picture(Box<Picture>),
+    /// One committed batch's events.
+    Events(Vec<Event>),
+}
+
+/// What connections send.
+pub enum Control {
+    Open {
+        conn: ConnId,
+        tx: mpsc::Sender<Out>,
+        account: Option<AccountId>,
+    },
+    Authenticated {
+        conn: ConnId,
+        account: AccountId,
+    },
+    Close {
+        conn: ConnId,
+    },
+    Command {
+        conn: ConnId,
+        id: Value,
+        command: Command,
+        reply: oneshot::Sender<CtlReply>,
+    },
+}
+
+/// The answer to a command: the reply frames, and the sids it added and
+/// removed (the connection writes only data of its live sids).
+#[derive(Debug, Default)]
+pub struct CtlReply {
+    pub frames: Vec<String>,
+    pub added: Vec<Sid>,
+    pub removed: Vec<Sid>,
+}
+
+/// One unsettled market as the publisher knows it.
+#[derive(Clone, Debug)]
+pub struct MarketMirror {
+    pub ticker: String,
+    pub series: String,
+    /// Contracts per price on each side (`Outcome::index`).
+    pub book: Box<Sides>,
+    pub top: Top,
+}
+
+/// The public state at one point: unsettled markets and last prices.
+pub struct Picture {
+    pub markets: Vec<(MarketId, MarketMirror)>,
+    pub prices: Vec<(String, i64, u64)>,
+}
+
+impl Picture {
+    /// Taken on the sequencer thread: O(unsettled markets x levels).
+    pub fn of(state: &State) -> Box<Picture> {
+        let markets = state
+            .active_markets
+            .iter()
+            .filter_map(|&id| state.market(id))
+            .map(|m| {
+                let mut book = Box::new([[0u64; LEVELS]; 2]);
+                for outcome in [Outcome::Up, Outcome::Down] {
+                    for (p, total) in m.book.side(outcome).top(usize::MAX) {
+                        book[outcome.index()][usize::from(p)] = total;
+                    }
+                }
+                let mirror = MarketMirror {
+                    ticker: m.ticker.clone(),
+                    series: state.series_of(m).config.ticker.clone(),
+                    book,
+                    top: state.top(m.id),
+                };
+                (m.id, mirror)
+            })
+            .collect();
+        let prices = state
+            .prices
+            .iter()
+            .filter_map(|(symbol, p)| p.latest().map(|(t, v)| (symbol.clone(), v, t)))
+            .collect();
+        Box::new(Picture { markets, prices })
+    }
+}
+
+/// The spec's checksum of a mirrored book (SPEC "Checksum").
+pub fn checksum(book: &Sides) -> u32 {
+    let mut text = String::with_capacity(256);
+    for (i, side) in book.iter().enumerate() {
+        text.push_str(if i == 0 { "up:" } else { "|down:" });
+        for (n, (p, c)) in levels(side).take(CHECKSUM_LEVELS).enumerate() {
+            if n > 0 {
+                text.push(',');
+            }
+            let _ = write!(text, "{}:{c}", price(p));
+        }
+    }
+    crc32fast::hash(text.as_bytes())
+}
+
+/// A side's levels, best (highest price) first.
+fn levels(side: &[u64; LEVELS]) -> impl Iterator<Item = (u8, u64)> + '_ {
+    (1..LEVELS)
+        .rev()
+        .filter(|&p| side[p] > 0)
+        .map(|p| (p as u8, side[p]))
+}
+
+struct Sub {
+    channel: Channel,
+    market_tickers: BTreeSet<String>,
+    series_tickers: BTreeSet<String>,
+    symbols: BTreeSet<String>,
+    /// Markets it receives now: its market tickers and the unsettled
+    /// windows of its series.
+    markets: BTreeSet<MarketId>,
+    account: Option<AccountId>,
+    /// Last seq handed out (or skipped).
+    seq: u64,
+}
+
+struct Conn {
+    tx: mpsc::Sender<Out>,
+    account: Option<AccountId>,
+    subs: BTreeMap<Sid, Sub>,
+    next_sid: Sid,
+}
+
+/// Something to send a subscription once it exists.
+enum Initial {
+    Markets(Vec<MarketId>),
+    Symbols(Vec<String>),
+}
+
+struct Publisher {
+    markets: BTreeMap<MarketId, MarketMirror>,
+    tickers: HashMap<String, MarketId>,
+    prices: BTreeMap<String, (i64, u64)>,
+    conns: HashMap<ConnId, Conn>,
+    by_market: HashMap<(Channel, MarketId), BTreeSet<SubKey>>,
+    by_series: HashMap<(Channel, String), BTreeSet<SubKey>>,
+    by_symbol: HashMap<String, BTreeSet<SubKey>>,
+    by_account: HashMap<(Channel, AccountId), BTreeSet<SubKey>>,
+    stats: Arc<Stats>,
+}
+
+/// The publisher thread's loop; returns when the sequencer thread is gone.
+pub fn run(input: Receiver<Input>, control: Receiver<Control>, stats: Arc<Stats>) {
+    let mut publisher = Publisher {
+        markets: BTreeMap::new(),
+        tickers: HashMap::new(),
+        prices: BTreeMap::new(),
+        conns: HashMap::new(),
+        by_market: HashMap::new(),
+        by_series: HashMap::new(),
+        by_symbol: HashMap::new(),
+        by_account: HashMap::new(),
+        stats,
+    };
+    // The first input is the picture taken when the sequencer thread
+    // started, before any connection can exist.
+    match input.recv() {
+        Ok(first) => publisher.input(first, false),
+        Err(_) => return,
+    }
+    let mut control = control;
+    loop {
+        select! {
+            recv(input) -> msg => match msg {
+                Ok(msg) => publisher.input(msg, true),
+                Err(_) => return,
+            },
+            recv(control) -> msg => match msg {
+                Ok(msg) => publisher.control(msg),
+                Err(_) => control = never(),
+            },
+        }
+    }
+}
+
+fn bytes(value: &Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).expect("a JSON value serializes"))
+}
+
+/// Hands one message to one subscription: its seq advances whether or not
+/// the connection's queue had room (a full queue is a gap the client sees).
+fn deliver(
+    conns: &mut HashMap<ConnId, Conn>,
+    stats: &Stats,
+    key: SubKey,
+    kind: &'static str,
+    msg: &Bytes,
+) {
+    let Some(conn) = conns.get_mut(&key.0) else {
+        return;
+    };
+    let Some(sub) = conn.subs.get_mut(&key.1) else {
+        return;
+    };
+    sub.seq += 1;
+    let out = Out {
+        kind,
+        sid: key.1,
+        seq: sub.seq,
+        msg: msg.clone(),
+    };
+    match conn.tx.try_send(out) {
+        Ok(()) => stats.sent.fetch_add(1, Ordering::Relaxed),
+        Err(_) => stats.dropped.fetch_add(1, Ordering::Relaxed),
+    };
+}
+
+fn remove_key<K: std::hash::Hash + Eq>(map: &mut HashMap<K, BTreeSet<SubKey>>, k: K, key: SubKey) {
+    if let Some(set) = map.get_mut(&k) {
+        set.remove(&key);
+        if set.is_empty() {
+            map.remove(&k);
+        }
+    }
+}
+
+// ----- messages ---------------------------------------------------------------------
+
+fn snapshot_msg(m: &MarketMirror) -> Value {
+    let side = |o: Outcome| json::levels(&levels(&m.book[o.index()]).collect::<Vec<_>>());
+    json!({
+        "market_ticker": m.ticker,
+        "up": side(Outcome::Up),
+        "down": side(Outcome::Down),
+        "checksum": checksum(&m.book),
+    })
+}
+
+fn ticker_msg(ticker: &str, top: &Top) -> Value {
+    let mut map = Map::new();
+    map.insert("market_ticker".into(), ticker.into());
+    if let Some(bid) = top.up_bid {
+        map.insert("up_bid".into(), price(bid).into());
+        map.insert("up_bid_size".into(), top.up_bid_size.to_string().into());
+    }
+    if let Some(ask) = top.up_ask {
+        map.insert("up_ask".into(), price(ask).into());
+        map.insert("up_ask_size".into(), top.up_ask_size.to_string().into());
+    }
+    if let Some(last) = top.last_price {
+        map.insert("last_price".into(), price(last).into());
+    }
+    Value::Object(map)
+}
+
+fn lifecycle_msg(ticker: &str, phase: &Phase, ts_ms: u64) -> Value {
+    let mut map = Map::new();
+    map.insert("market_ticker".into(), ticker.into());
+    match phase {
+        Phase::Open { price_to_beat_e8 } => {
+            map.insert("event".into(), "open".into());
+            if let Some(p) = price_to_beat_e8 {
+                map.insert("price_to_beat".into(), price_e8(*p).into());
+            }
+        }
+        Phase::Closed => {
+            map.insert("event".into(), "closed".into());
+        }
+        Phase::Settled {
+            result,
+            settlement_price_e8,
+        } => {
+            map.insert("event".into(), "settled".into());
+            if let Some(r) = result {
+                map.insert("result".into(), r.as_str().into());
+            }
+            if let Some(p) = settlement_price_e8 {
+                map.insert("settlement_price".into(), price_e8(*p).into());
+            }
+        }
+    }
+    map.insert("ts_ms".into(), ts_ms.into());
+    Value::Object(map)
+}
+
+fn price_msg(symbol: &str, price_e8_value: i64, t_ms: u64) -> Value {
+    json!({ "symbol": symbol, "price": price_e8(price_e8_value), "t_ms": t_ms })
+}
+
+/// A subscription as `list_subscriptions` and `update_subscription` show it.
+fn describe(sid: Sid, sub: &Sub) -> Value {
+    let mut map = Map::new();
+    map.insert("sid".into(), sid.into());
+    map.insert("channel".into(), sub.channel.as_str().into());
+    match sub.channel.keyed() {
+        Keyed::Markets => {
+            map.insert("market_tickers".into(), json!(sub.market_tickers));
+            map.insert("series_tickers".into(), json!(sub.series_tickers));
+        }
+        Keyed::Symbols => {
+            map.insert("symbols".into(), json!(sub.symbols));
+        }
+        Keyed::Account => {}
+    }
+    Value::Object(map)
+}
+
+impl Publisher {
+    // ----- input from the sequencer ----------------------------------------------
+
+    fn input(&mut self, input: Input, resync: bool) {
+        match input {
+            Input::Picture(picture) => self.picture(*picture, resync),
+            Input::Events(events) => {
+                for event in &events {
+                    self.event(event);
+                }
+            }
+        }
+    }
+
+    fn picture(&mut self, picture: Picture, resync: bool) {
+        self.markets = picture.markets.into_iter().collect();
+        self.tickers = self
+            .markets
+            .iter()
+            .map(|(&id, m)| (m.ticker.clone(), id))
+            .collect();
+        self.prices = picture
+            .prices
+            .into_iter()
+            .map(|(s, p, t)| (s, (p, t)))
+            .collect();
+        if !resync {
+            return;
+        }
+        // Events were lost: every subscription skips a seq so its client
+        // sees the gap, then gets fresh snapshots of what it follows.
+        tracing::warn!("websocket publisher fell behind; resynchronizing every subscription");
+        self.by_market.clear();
+        let mut initial = Vec::new();
+        let keys: Vec<SubKey> = self
+            .conns
+            .iter()
+            .flat_map(|(&c, conn)| conn.subs.keys().map(move |&s| (c, s)))
+            .collect();
+        for key in keys {
+            let derived = {
+                let sub = &self.conns[&key.0].subs[&key.1];
+                self.derived(&sub.market_tickers, &sub.series_tickers)
+            };
+            let sub = self
+                .conns
+                .get_mut(&key.0)
+                .and_then(|c| c.subs.get_mut(&key.1))
+                .expect("listed");
+            sub.seq += 1;
+            sub.market_tickers
+                .retain(|t| self.tickers.contains_key(t.as_str()));
+            if sub.channel.keyed() == Keyed::Markets {
+                for &m in &derived {
+                    self.by_market
+                        .entry((sub.channel, m))
+                        .or_default()
+                        .insert(key);
+                }
+                sub.markets = derived.clone();
+                initial.push((key, Initial::Markets(derived.into_iter().collect())));
+            } else if sub.channel == Channel::Prices {
+                initial.push((key, Initial::Symbols(sub.symbols.iter().cloned().collect())));
+            }
+        }
+        for (key, what) in initial {
+            self.initial(key, what);
+        }
+    }
+
+    /// The markets a subscription with these tickers follows now.
+    fn derived(
+        &self,
+        market_tickers: &BTreeSet<String>,
+        series_tickers: &BTreeSet<String>,
+    ) -> BTreeSet<MarketId> {
+        let mut out: BTreeSet<MarketId> = market_tickers
+            .iter()
+            .filter_map(|t| self.tickers.get(t.as_str()).copied())
+            .collect();
+        if !series_tickers.is_empty() {
+            out.extend(
+                self.markets
+                    .iter()
+                    .filter(|(_, m)| series_tickers.contains(&m.series))
+                    .map(|(&id, _)| id),
+            );
+        }
+        out
+    }
+
+    fn has_market_subs(&self, channel: Channel, market: MarketId) -> bool {
+        self.by_market.contains_key(&(channel, market))
+    }
+
+    fn fan_market(&mut self, channel: Channel, market: MarketId, kind: &'static str, msg: Bytes) {
+        if let Some(keys) = self.by_market.get(&(channel, market)) {
+            for &key in keys {
+                deliver(&mut self.conns, &self.stats, key, kind, &msg);
+            }
+        }
+    }
+
+    fn fan_account(
+        &mut self,
+        channel: Channel,
+        account: AccountId,
+        kind: &'static str,
+        msg: impl FnOnce(&Self) -> Value,
+    ) {
+        if !self.by_account.contains_key(&(channel, account)) {
+            return;
+        }
+        let msg = bytes(&msg(self));
+        if let Some(keys) = self.by_account.get(&(channel, account)) {
+            for &key in keys {
+                deliver(&mut self.conns, &self.stats, key, kind, &msg);
+            }
+        }
+    }
+
+    fn ticker_of(&self, market: MarketId) -> &str {
+        self.markets.get(&market).map_or("", |m| m.ticker.as_str())
+    }
+
+    fn event(&mut self, event: &Event) {
+        match event {
+            Event::BookDelta {
+                market,
+                outcome,
+                price: p,
+                delta,
+                checksum: sum,
+            } => {
+                let Some(m) = self.markets.get_mut(market) else {
+                    return;
+                };
+                let level = &mut m.book[outcome.index()][usize::from(*p)];
+                *level = level.checked_add_signed(*delta).unwrap_or_else(|| {
+                    tracing::error!(market, "a book delta took a mirrored level below zero");
+                    0
+                });
+                debug_assert_eq!(checksum(&m.book), *sum, "mirror of {}", m.ticker);
+                if !self
+                    .by_market
+                    .contains_key(&(Channel::OrderbookDelta, *market))
+                {
+                    return;
+                }
+                let msg = bytes(&json!({
+                    "market_ticker": m.ticker,
+                    "outcome": outcome.as_str(),
+                    "price": price(*p),
+                    "delta": delta.to_string(),
+                    "checksum": sum,
+                }));
+                self.fan_market(Channel::OrderbookDelta, *market, "orderbook_delta", msg);
+            }
+            Event::Ticker { market, top } => {
+                let Some(m) = self.markets.get_mut(market) else {
+                    return;
+                };
+                m.top = *top;
+                if !self.by_market.contains_key(&(Channel::Ticker, *market)) {
+                    return;
+                }
+                let msg = bytes(&ticker_msg(&m.ticker, top));
+                self.fan_market(Channel::Ticker, *market, "ticker", msg);
+            }
+            Event::Trade(t) => {
+                if !self.has_market_subs(Channel::Trade, t.market) {
+                    return;
+                }
+                let msg = bytes(&json::trade_in(self.ticker_of(t.market), t));
+                self.fan_market(Channel::Trade, t.market, "trade", msg);
+            }
+            Event::MarketListed {
+                market,
+                ticker,
+                series,
+            } => self.listed(*market, ticker, series),
+            Event::Lifecycle {
+                market,
+                phase,
+                ts_ms,
+            } => {
+                if self.has_market_subs(Channel::WindowLifecycle, *market) {
+                    let msg = bytes(&lifecycle_msg(self.ticker_of(*market), phase, *ts_ms));
+                    self.fan_market(Channel::WindowLifecycle, *market, "window_lifecycle", msg);
+                }
+                if matches!(phase, Phase::Settled { .. }) {
+                    self.settled(*market);
+                }
+            }
+            Event::Price {
+                symbol,
+                price_e8: p,
+                t_ms,
+            } => {
+                self.prices.insert(symbol.clone(), (*p, *t_ms));
+                if let Some(keys) = self.by_symbol.get(symbol) {
+                    let msg = bytes(&price_msg(symbol, *p, *t_ms));
+                    for &key in keys {
+                        deliver(&mut self.conns, &self.stats, key, "price", &msg);
+                    }
+                }
+            }
+            Event::Order(o) => {
+                self.fan_account(Channel::UserOrders, o.account, "user_order", |p| {
+                    json::order_in(p.ticker_of(o.market), o)
+                })
+            }
+            Event::Fill(f) => self.fan_account(Channel::Fill, f.account, "fill", |p| {
+                json::fill_in(p.ticker_of(f.market), f)
+            }),
+            Event::Position {
+                account,
+                market,
+                outcome,
+                count,
+                cost,
+            } => self.fan_account(Channel::MarketPositions, *account, "market_position", |p| {
+                json::position(&PositionView {
+                    market_ticker: p.ticker_of(*market).to_string(),
+                    outcome: *outcome,
+                    count: *count,
+                    cost: *cost,
+                })
+            }),
+            Event::Balance {
+                account,
+                cash,
+                held,
+            } => self.fan_account(Channel::Balance, *account, "balance", |_| {
+                json::balance(&BalanceView {
+                    cash: *cash,
+                    held: *held,
+                    buying_power: cash - held,
+                })
+            }),
+            Event::Key(_) | Event::Account { .. } | Event::Trading { .. } => {}
+        }
+    }
+
+    /// A new window: series subscriptions start following it, with a
+    /// snapshot (and a ticker) on the subscriptions that send them.
+    fn listed(&mut self, market: MarketId, ticker: &str, series: &str) {
+        self.markets.insert(
+            market,
+            MarketMirror {
+                ticker: ticker.to_string(),
+                series: series.to_string(),
+                book: Box::new([[0; LEVELS]; 2]),
+                top: Top::default(),
+            },
+        );
+        self.tickers.insert(ticker.to_string(), market);
+        for channel in Channel::MARKET {
+            let keys: Vec<SubKey> = self
+                .by_series
+                .get(&(channel, series.to_string()))
+                .map(|s| s.iter().copied().collect())
+                .unwrap_or_default();
+            for key in keys {
+                if let Some(sub) = self
+                    .conns
+                    .get_mut(&key.0)
+                    .and_then(|c| c.subs.get_mut(&key.1))
+                {
+                    if sub.markets.insert(market) {
+                        self.by_market
+                            .entry((channel, market))
+                            .or_default()
+                            .insert(key);
+                        self.initial(key, Initial::Markets(vec![market]));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A settled window leaves the mirror and every subscription.
+    fn settled(&mut self, market: MarketId) {
+        let Some(m) = self.markets.remove(&market) else {
+            return;
+        };
+        self.tickers.remove(&m.ticker);
+        for channel in Channel::MARKET {
+            let Some(keys) = self.by_market.remove(&(channel, market)) else {
+                continue;
+            };
+            for key in keys {
+                if let Some(sub) = self
+                    .conns
+                    .get_mut(&key.0)
+                    .and_then(|c| c.subs.get_mut(&key.1))
+                {
+                    sub.markets.remove(&market);
+                    sub.market_tickers.remove(&m.ticker);
+                }
+            }
+        }
+    }
+
+    /// What a subscription gets at once: snapshots, tickers, prices.
+    fn initial(&mut self, key: SubKey, what: Initial) {
+        let Some(channel) = self
+            .conns
+            .get(&key.0)
+            .and_then(|c| c.subs.get(&key.1))
+            .map(|s| s.channel)
+        else {
+            return;
+        };
+        match (channel, what) {
+            (Channel::OrderbookDelta, Initial::Markets(markets)) => {
+                for market in markets {
+                    if let Some(m) = self.markets.get(&market) {
+                        let msg = bytes(&snapshot_msg(m));
+                        deliver(
+                            &mut self.conns,
+                            &self.stats,
+                            key,
+                            "orderbook_snapshot",
+                            &msg,
+                        );
+                    }
+                }
+            }
+            (Channel::Ticker, Initial::Markets(markets)) => {
+                for market in markets {
+                    if let Some(m) = self.markets.get(&market) {
+                        let msg = bytes(&ticker_msg(&m.ticker, &m.top));
+                        deliver(&mut self.conns, &self.stats, key, "ticker", &msg);
+                    }
+                }
+            }
+            (Channel::Prices, Initial::Symbols(symbols)) => {
+                for symbol in symbols {
+                    if let Some(&(p, t)) = self.prices.get(&symbol) {
+                        let msg = bytes(&price_msg(&symbol, p, t));
+                        deliver(&mut self.conns, &self.stats, key, "price", &msg);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ----- input from connections ---------------------------------------------------
+
+    fn control(&mut self, control: Control) {
+        match control {
+            Control::Open { conn, tx, account } => {
+                self.conns.insert(
+                    conn,
+                    Conn {
+                        tx,
+                        account,
+                        subs: BTreeMap::new(),
+                        next_sid: 1,
+                    },
+                );
+            }
+            Control::Authenticated { conn, account } => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.account = Some(account);
+                }
+            }
+            Control::Close { conn } => {
+                if let Some(c) = self.conns.remove(&conn) {
+                    for (sid, sub) in &c.subs {
+                        self.unindex((conn, *sid), sub);
+                    }
+                }
+            }
+            Control::Command {
+                conn,
+                id,
+                command,
+                reply,
+            } => {
+                let mut initial = Vec::new();
+                let answer = match self.command(conn, &id, command, &mut initial) {
+                    Ok(answer) => answer,
+                    Err(e) => CtlReply {
+                        frames: vec![protocol::error(&id, &e)],
+                        ..CtlReply::default()
+                    },
+                };
+                // The reply leaves first, so `subscribed` precedes the data.
+                let _ = reply.send(answer);
+                for (key, what) in initial {
+                    self.initial(key, what);
+                }
+            }
+        }
+    }
+
+    fn command(
+        &mut self,
+        conn: ConnId,
+        id: &Value,
+        command: Command,
+        initial: &mut Vec<(SubKey, Initial)>,
+    ) -> Result<CtlReply, WsError> {
+        if !self.conns.contains_key(&conn) {
+            return Ok(CtlReply::default());
+        }
+        match command {
+            Command::Subscribe { channels, keys } => {
+                self.subscribe(conn, id, channels, keys, initial)
+            }
+            Command::Unsubscribe { sids } => self.unsubscribe(conn, id, &sids),
+            Command::Update { sid, action, keys } => {
+                self.update(conn, id, sid, action, keys, initial)
+            }
+            Command::List => {
+                let c = &self.conns[&conn];
+                let subs: Vec<Value> = c.subs.iter().map(|(&sid, s)| describe(sid, s)).collect();
+                Ok(CtlReply {
+                    frames: vec![protocol::reply(id, "ok", json!({ "subscriptions": subs }))],
+                    ..CtlReply::default()
+                })
+            }
+            // Logins are the connection's business; never sent here.
+            Command::Login { .. } => Ok(CtlReply::default()),
+        }
+    }
+
+    fn market_ids(&self, tickers: &BTreeSet<String>) -> Result<Vec<MarketId>, WsError> {
+        tickers
+            .iter()
+            .map(|t| {
+                self.tickers.get(t.as_str()).copied().ok_or_else(|| {
+                    WsError::new(
+                        ErrorCode::UnknownTicker,
+                        format!("Market {t} is not on the order book (unknown or settled)."),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn subscribe(
+        &mut self,
+        conn: ConnId,
+        id: &Value,
+        channels: Vec<Channel>,
+        keys: Keys,
+        initial: &mut Vec<(SubKey, Initial)>,
+    ) -> Result<CtlReply, WsError> {
+        let account = self.conns[&conn].account;
+        if channels.iter().any(|c| c.is_private()) && account.is_none() {
+            return Err(auth_required());
+        }
+        if self.conns[&conn].subs.len() + channels.len() > SUBSCRIPTIONS_MAX {
+            return Err(WsError::new(
+                ErrorCode::TooManySubscriptions,
+                format!("At most {SUBSCRIPTIONS_MAX} subscriptions per connection."),
+            ));
+        }
+        if channels.iter().any(|c| c.keyed() == Keyed::Markets) {
+            self.market_ids(&keys.market_tickers)?;
+        }
+        let mut reply = CtlReply::default();
+        for channel in channels {
+            let c = self.conns.get_mut(&conn).expect("checked");
+            let sid = c.next_sid;
+            c.next_sid += 1;
+            let mut sub = Sub {
+                channel,
+                market_tickers: BTreeSet::new(),
+                series_tickers: BTreeSet::new(),
+                symbols: BTreeSet::new(),
+                markets: BTreeSet::new(),
+                account: None,
+                seq: 0,
+            };
+            match channel.keyed() {
+                Keyed::Markets => {
+                    sub.market_tickers = keys.market_tickers.clone();
+                    sub.series_tickers = keys.series_tickers.clone();
+                    sub.markets = self.derived(&sub.market_tickers, &sub.series_tickers);
+                    initial.push((
+                        (conn, sid),
+                        Initial::Markets(sub.markets.iter().copied().collect()),
+                    ));
+                }
+                Keyed::Symbols => {
+                    sub.symbols = keys.symbols.clone();
+                    initial.push((
+                        (conn, sid),
+                        Initial::Symbols(sub.symbols.iter().cloned().collect()),
+                    ));
+                }
+                Keyed::Account => sub.account = account,
+            }
+            self.index((conn, sid), &sub);
+            self.conns
+                .get_mut(&conn)
+                .expect("checked")
+                .subs
+                .insert(sid, sub);
+            reply.frames.push(protocol::reply(
+                id,
+                "subscribed",
+                json!({ "channel": channel.as_str(), "sid": sid }),
+            ));
+            reply.added.push(sid);
+        }
+        Ok(reply)
+    }
+
+    fn unsubscribe(&mut self, conn: ConnId, id: &Value, sids: &[Sid]) -> Result<CtlReply, WsError> {
+        let c = &self.conns[&conn];
+        if let Some(sid) = sids.iter().find(|s| !c.subs.contains_key(s)) {
+            return Err(unknown_sid(*sid));
+        }
+        let mut reply = CtlReply::default();
+        for &sid in sids {
+            let sub = self
+                .conns
+                .get_mut(&conn)
+                .and_then(|c| c.subs.remove(&sid))
+                .expect("checked");
+            self.unindex((conn, sid), &sub);
+            reply.frames.push(protocol::reply(
+                id,
+                "unsubscribed",
+                json!({ "channel": sub.channel.as_str(), "sid": sid }),
+            ));
+            reply.removed.push(sid);
+        }
+        Ok(reply)
+    }
+
+    fn update(
+        &mut self,
+        conn: ConnId,
+        id: &Value,
+        sid: Sid,
+        action: Action,
+        keys: Keys,
+        initial: &mut Vec<(SubKey, Initial)>,
+    ) -> Result<CtlReply, WsError> {
+        let key = (conn, sid);
+        let channel = self.conns[&conn]
+            .subs
+            .get(&sid)
+            .map(|s| s.channel)
+            .ok_or_else(|| unknown_sid(sid))?;
+        match (action, channel.keyed()) {
+            (Action::GetSnapshot, _) => {
+                let sub = &self.conns[&conn].subs[&sid];
+                let what = match channel.keyed() {
+                    Keyed::Markets => {
+                        let named = self.derived(&keys.market_tickers, &keys.series_tickers);
+                        let everything =
+                            keys.market_tickers.is_empty() && keys.series_tickers.is_empty();
+                        Initial::Markets(
+                            sub.markets
+                                .iter()
+                                .copied()
+                                .filter(|m| everything || named.contains(m))
+                                .collect(),
+                        )
+                    }
+                    Keyed::Symbols => Initial::Symbols(
+                        sub.symbols
+                            .iter()
+                            .filter(|s| keys.symbols.is_empty() || keys.symbols.contains(*s))
+                            .cloned()
+                            .collect(),
+                    ),
+                    Keyed::Account => Initial::Markets(Vec::new()),
+                };
+                initial.push((key, what));
+            }
+            (_, Keyed::Account) => {
+                return Err(WsError::new(
+                    ErrorCode::BadParams,
+                    "Private channels are not keyed by markets or symbols.",
+                ))
+            }
+            (Action::AddMarkets | Action::DeleteMarkets, Keyed::Markets) => {
+                if keys.market_tickers.is_empty() && keys.series_tickers.is_empty() {
+                    return Err(WsError::new(
+                        ErrorCode::BadParams,
+                        "This action needs market_tickers and/or series_tickers.",
+                    ));
+                }
+                let add = action == Action::AddMarkets;
+                if add {
+                    self.market_ids(&keys.market_tickers)?;
+                }
+                let sub = &self.conns[&conn].subs[&sid];
+                let mut market_tickers = sub.market_tickers.clone();
+                let mut series_tickers = sub.series_tickers.clone();
+                if add {
+                    market_tickers.extend(keys.market_tickers);
+                    series_tickers.extend(keys.series_tickers);
+                    if market_tickers.len() + series_tickers.len() > SUB_TICKERS_MAX {
+                        return Err(WsError::new(
+                            ErrorCode::TooManyTickers,
+                            format!("At most {SUB_TICKERS_MAX} tickers per subscription."),
+                        ));
+                    }
+                } else {
+                    market_tickers.retain(|t| !keys.market_tickers.contains(t));
+                    series_tickers.retain(|t| !keys.series_tickers.contains(t));
+                }
+                let derived = self.derived(&market_tickers, &series_tickers);
+                self.unindex(key, &self.conns[&conn].subs[&sid].clone_keys());
+                let sub = self
+                    .conns
+                    .get_mut(&conn)
+                    .and_then(|c| c.subs.get_mut(&sid))
+                    .expect("checked");
+                let new: Vec<MarketId> = derived.difference(&sub.markets).copied().collect();
+                sub.market_tickers = market_tickers;
+                sub.series_tickers = series_tickers;
+                sub.markets = derived;
+                let snapshot = sub.clone_keys();
+                self.index(key, &snapshot);
+                initial.push((key, Initial::Markets(new)));
+            }
+            (Action::AddMarkets | Action::DeleteMarkets, Keyed::Symbols) => {
+                if keys.symbols.is_empty() {
+                    return Err(WsError::new(
+                        ErrorCode::BadParams,
+                        "This action needs symbols.",
+                    ));
+                }
+                let sub = &self.conns[&conn].subs[&sid];
+                let mut symbols = sub.symbols.clone();
+                if action == Action::AddMarkets {
+                    symbols.extend(keys.symbols);
+                    if symbols.len() > SUB_SYMBOLS_MAX {
+                        return Err(WsError::new(
+                            ErrorCode::TooManyTickers,
+                            format!("At most {SUB_SYMBOLS_MAX} symbols per subscription."),
+                        ));
+                    }
+                } else {
+                    symbols.retain(|s| !keys.symbols.contains(s));
+                }
+                self.unindex(key, &self.conns[&conn].subs[&sid].clone_keys());
+                let sub = self
+                    .conns
+                    .get_mut(&conn)
+                    .and_then(|c| c.subs.get_mut(&sid))
+                    .expect("checked");
+                let new: Vec<String> = symbols.difference(&sub.symbols).cloned().collect();
+                sub.symbols = symbols;
+                let snapshot = sub.clone_keys();
+                self.index(key, &snapshot);
+                initial.push((key, Initial::Symbols(new)));
+            }
+        }
+        let sub = &self.conns[&conn].subs[&sid];
+        Ok(CtlReply {
+            frames: vec![protocol::reply(id, "ok", describe(sid, sub))],
+            ..CtlReply::default()
+        })
+    }
+
+    fn index(&mut self, key: SubKey, sub: &Sub) {
+        let channel = sub.channel;
+        match channel.keyed() {
+            Keyed::Markets => {
+                for &m in &sub.markets {
+                    self.by_market.entry((channel, m)).or_default().insert(key);
+                }
+                for s in &sub.series_tickers {
+                    self.by_series
+                        .entry((channel, s.clone()))
+                        .or_default()
+                        .insert(key);
+                }
+            }
+            Keyed::Symbols => {
+                for s in &sub.symbols {
+                    self.by_symbol.entry(s.clone()).or_default().insert(key);
+                }
+            }
+            Keyed::Account => {
+                if let Some(account) = sub.account {
+                    self.by_account
+                        .entry((channel, account))
+                        .or_default()
+                        .insert(key);
+                }
+            }
+        }
+    }
+
+    fn unindex(&mut self, key: SubKey, sub: &Sub) {
+        let channel = sub.channel;
+        for &m in &sub.markets {
+            remove_key(&mut self.by_market, (channel, m), key);
+        }
+        for s in &sub.series_tickers {
+            remove_key(&mut self.by_series, (channel, s.clone()), key);
+        }
+        for s in &sub.symbols {
+            remove_key(&mut self.by_symbol, s.clone(), key);
+        }
+        if let Some(account) = sub.account {
+            remove_key(&mut self.by_account, (channel, account), key);
+        }
+    }
+}
+
+impl Sub {
+    /// A copy of what the indexes hold of it.
+    fn clone_keys(&self) -> Sub {
+        Sub {
+            channel: self.channel,
+            market_tickers: BTreeSet::new(),
+            series_tickers: self.series_tickers.clone(),
+            symbols: self.symbols.clone(),
+            markets: self.markets.clone(),
+            account: self.account,
+            seq: self.seq,
+        }
+    }
+}
+
+fn auth_required() -> WsError {
+    WsError::new(
+        ErrorCode::AuthRequired,
+        "Private channels need an authenticated connection: send the key as \
+         Authorization: Bearer tk_... on the upgrade request, or a login command first.",
+    )
+}
+
+fn unknown_sid(sid: Sid) -> WsError {
+    WsError::new(
+        ErrorCode::UnknownSid,
+        format!("No subscription {sid} on this connection."),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mirror_checksum_is_the_spec_one() {
+        let mut book = Box::new([[0u64; LEVELS]; 2]);
+        assert_eq!(checksum(&book), crc32fast::hash(b"up:|down:"));
+        book[0][55] = 12;
+        book[0][54] = 5;
+        assert_eq!(checksum(&book), crc32fast::hash(b"up:0.55:12,0.54:5|down:"));
+        for p in 1..=20 {
+            book[1][p] = p as u64;
+        }
+        let down: Vec<String> = (11..=20).rev().map(|p| format!("0.{p:02}:{p}")).collect();
+        let text = format!("up:0.55:12,0.54:5|down:{}", down.join(","));
+        assert_eq!(checksum(&book), crc32fast::hash(text.as_bytes()));
+    }
+}

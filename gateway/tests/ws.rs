@@ -1,0 +1,1128 @@
+//! The websocket against a real venue with a real websocket client
+//! (tungstenite): books rebuilt from snapshot + deltas match the REST book
+//! and every checksum (computed here from SPEC "Checksum"), seq is
+//! contiguous on every subscription, a forced gap is recovered with
+//! get_snapshot, a series subscription follows a new window through open,
+//! closed and settled, private channels deliver only the account's own
+//! events, and every limit and close code.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use gateway::Server;
+use sequencer::command::SeriesConfig;
+use sequencer::Command;
+use serde_json::{json, Value};
+use support::*;
+use tungstenite::client::IntoClientRequest;
+use tungstenite::{Message, WebSocket};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+// ----- a websocket client -----------------------------------------------------------------
+
+struct Client {
+    ws: WebSocket<TcpStream>,
+    /// Data messages read while waiting for a reply.
+    pending: VecDeque<Value>,
+    /// Last seq seen per sid.
+    seqs: HashMap<u64, u64>,
+    /// (sid, expected, got) of every jump in seq.
+    gaps: Vec<(u64, u64, u64)>,
+    /// Panic on a gap (the default).
+    strict: bool,
+}
+
+fn ws_addr(venue: &Venue) -> SocketAddr {
+    venue
+        .base
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .parse()
+        .expect("address")
+}
+
+/// Upgrades with extra headers; the HTTP status and body when refused.
+fn try_connect(addr: SocketAddr, headers: &[(&str, &str)]) -> Result<Client, (u16, Value)> {
+    let stream = TcpStream::connect(addr).expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    let mut request = format!("ws://{addr}/v1/ws")
+        .into_client_request()
+        .expect("request");
+    for (name, value) in headers {
+        request.headers_mut().insert(
+            tungstenite::http::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+            value.parse().expect("value"),
+        );
+    }
+    match tungstenite::client(request, stream) {
+        Ok((ws, _)) => Ok(Client {
+            ws,
+            pending: VecDeque::new(),
+            seqs: HashMap::new(),
+            gaps: Vec::new(),
+            strict: true,
+        }),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
+            let status = response.status().as_u16();
+            let body = response
+                .body()
+                .as_ref()
+                .and_then(|b| serde_json::from_slice(b).ok())
+                .unwrap_or(Value::Null);
+            Err((status, body))
+        }
+        Err(e) => panic!("handshake: {e}"),
+    }
+}
+
+fn connect(addr: SocketAddr) -> Client {
+    try_connect(addr, &[]).unwrap_or_else(|e| panic!("refused: {e:?}"))
+}
+
+fn connect_with_key(addr: SocketAddr, key: &str) -> Client {
+    let bearer = format!("Bearer {key}");
+    try_connect(addr, &[("Authorization", bearer.as_str())])
+        .unwrap_or_else(|e| panic!("refused: {e:?}"))
+}
+
+impl Client {
+    fn send(&mut self, value: &Value) {
+        self.send_text(&value.to_string());
+    }
+
+    fn send_text(&mut self, text: &str) {
+        self.ws.send(Message::text(text.to_string())).expect("send");
+    }
+
+    /// The next frame, or None at the deadline.
+    fn frame(&mut self, deadline: Instant) -> Option<Message> {
+        loop {
+            match self.ws.read() {
+                Ok(message) => return Some(message),
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if Instant::now() >= deadline {
+                        return None;
+                    }
+                }
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    /// The next JSON message before the deadline; data messages have their
+    /// seq checked.
+    fn next_json(&mut self, deadline: Instant) -> Option<Value> {
+        loop {
+            match self.frame(deadline)? {
+                Message::Text(text) => {
+                    let value: Value = serde_json::from_str(text.as_str()).expect("JSON");
+                    if value.get("sid").is_some() && value.get("id").is_none() {
+                        self.check_seq(&value);
+                    }
+                    return Some(value);
+                }
+                Message::Close(frame) => panic!("closed by the server: {frame:?}"),
+                _ => {}
+            }
+        }
+    }
+
+    fn check_seq(&mut self, value: &Value) {
+        let keys = keys(value);
+        assert_eq!(
+            keys,
+            set(&["type", "sid", "seq", "ts_ms", "msg"]),
+            "envelope {value}"
+        );
+        let sid = value["sid"].as_u64().expect("sid");
+        let seq = value["seq"].as_u64().expect("seq");
+        assert!(value["ts_ms"].as_u64().is_some(), "{value}");
+        let last = self.seqs.insert(sid, seq).unwrap_or(0);
+        if seq != last + 1 {
+            assert!(!self.strict, "seq of sid {sid} jumped from {last} to {seq}");
+            self.gaps.push((sid, last + 1, seq));
+        }
+    }
+
+    /// The replies to command `id` (`count` of them), keeping data for later.
+    fn replies(&mut self, id: u64, count: usize) -> Vec<Value> {
+        let deadline = Instant::now() + WAIT;
+        let mut out = Vec::new();
+        while out.len() < count {
+            let value = self
+                .next_json(deadline)
+                .unwrap_or_else(|| panic!("no reply to {id}"));
+            if value.get("id").is_some() {
+                assert_eq!(keys(&value), set(&["id", "type", "msg"]), "{value}");
+                assert_eq!(value["id"], json!(id), "reply to another id: {value}");
+                out.push(value);
+            } else {
+                self.pending.push_back(value);
+            }
+        }
+        out
+    }
+
+    fn cmd(&mut self, id: u64, cmd: &str, params: Value) -> Value {
+        self.send(&json!({ "id": id, "cmd": cmd, "params": params }));
+        self.replies(id, 1).remove(0)
+    }
+
+    /// Asserts error `code` as the reply to a command.
+    #[track_caller]
+    fn cmd_err(&mut self, id: u64, cmd: &str, params: Value, code: u64) -> String {
+        let reply = self.cmd(id, cmd, params);
+        assert_eq!(reply["type"], "error", "{reply}");
+        assert_eq!(keys(&reply["msg"]), set(&["code", "msg"]), "{reply}");
+        assert_eq!(reply["msg"]["code"], json!(code), "{reply}");
+        reply["msg"]["msg"].as_str().expect("msg").to_string()
+    }
+
+    /// Subscribes; returns the sids, one per channel, in order.
+    fn subscribe(&mut self, id: u64, channels: &[&str], params: Value) -> Vec<u64> {
+        let mut params = params;
+        params["channels"] = json!(channels);
+        self.send(&json!({ "id": id, "cmd": "subscribe", "params": params }));
+        let replies = self.replies(id, channels.len());
+        replies
+            .iter()
+            .zip(channels)
+            .map(|(r, channel)| {
+                assert_eq!(r["type"], "subscribed", "{r}");
+                assert_eq!(r["msg"]["channel"], *channel, "{r}");
+                assert_eq!(keys(&r["msg"]), set(&["channel", "sid"]), "{r}");
+                r["msg"]["sid"].as_u64().expect("sid")
+            })
+            .collect()
+    }
+
+    /// The next data message, or None at the deadline.
+    fn data_until(&mut self, deadline: Instant) -> Option<Value> {
+        if let Some(v) = self.pending.pop_front() {
+            return Some(v);
+        }
+        let v = self.next_json(deadline)?;
+        assert!(v.get("id").is_none(), "an unexpected reply: {v}");
+        Some(v)
+    }
+
+    #[track_caller]
+    fn data(&mut self) -> Value {
+        self.data_until(Instant::now() + WAIT)
+            .expect("a data message in time")
+    }
+
+    /// Data messages, each handed to `keep_going`, until it says stop;
+    /// panics when the wait ends first.
+    fn data_while(&mut self, wait: Duration, mut keep_going: impl FnMut(&Value) -> bool) {
+        let deadline = Instant::now() + wait;
+        while let Some(v) = self.data_until(deadline) {
+            if !keep_going(&v) {
+                return;
+            }
+        }
+        panic!("condition not reached in {wait:?}");
+    }
+
+    /// Reads until the server's close frame; returns its code.
+    fn close_code(&mut self, wait: Duration) -> u16 {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.ws.read() {
+                Ok(Message::Close(Some(frame))) => return u16::from(frame.code),
+                Ok(Message::Close(None)) => panic!("a close frame without a code"),
+                Ok(_) => {}
+                Err(tungstenite::Error::Io(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    assert!(Instant::now() < deadline, "no close frame in {wait:?}");
+                }
+                Err(e) => panic!("read before the close frame: {e}"),
+            }
+        }
+    }
+}
+
+// ----- books from snapshot + deltas ---------------------------------------------------
+
+fn cents(price: &str) -> u8 {
+    assert!(is_price(price), "{price}");
+    price[2..].parse().expect("cents")
+}
+
+#[derive(Default, Clone, Debug, PartialEq)]
+struct Book {
+    /// price in cents -> count, per side.
+    sides: [BTreeMap<u8, u64>; 2],
+}
+
+fn side_index(outcome: &str) -> usize {
+    match outcome {
+        "up" => 0,
+        "down" => 1,
+        other => panic!("outcome {other}"),
+    }
+}
+
+impl Book {
+    fn from_snapshot(msg: &Value) -> Book {
+        assert_eq!(
+            keys(msg),
+            set(&["market_ticker", "up", "down", "checksum"]),
+            "{msg}"
+        );
+        let mut book = Book::default();
+        for (i, name) in ["up", "down"].iter().enumerate() {
+            let mut last = 100u8;
+            for level in msg[*name].as_array().expect("levels") {
+                let p = cents(level[0].as_str().expect("price"));
+                let c = level[1].as_str().expect("count");
+                assert!(is_count(c) && c != "0", "{msg}");
+                assert!(p < last, "levels best first: {msg}");
+                last = p;
+                book.sides[i].insert(p, c.parse().expect("count"));
+            }
+        }
+        assert_eq!(
+            msg["checksum"].as_u64(),
+            Some(u64::from(book.checksum())),
+            "snapshot checksum {msg}"
+        );
+        book
+    }
+
+    fn apply(&mut self, msg: &Value) {
+        assert_eq!(
+            keys(msg),
+            set(&["market_ticker", "outcome", "price", "delta", "checksum"]),
+            "{msg}"
+        );
+        let side = &mut self.sides[side_index(msg["outcome"].as_str().expect("outcome"))];
+        let p = cents(msg["price"].as_str().expect("price"));
+        let delta: i64 = msg["delta"]
+            .as_str()
+            .expect("delta")
+            .parse()
+            .expect("signed");
+        assert_ne!(delta, 0, "{msg}");
+        let now = side.get(&p).copied().unwrap_or(0) as i64 + delta;
+        assert!(now >= 0, "level below zero: {msg}");
+        if now == 0 {
+            side.remove(&p);
+        } else {
+            side.insert(p, now as u64);
+        }
+        assert_eq!(
+            msg["checksum"].as_u64(),
+            Some(u64::from(self.checksum())),
+            "delta checksum {msg}"
+        );
+    }
+
+    /// The levels as the wire writes them, best first.
+    fn levels(&self, i: usize) -> Value {
+        Value::Array(
+            self.sides[i]
+                .iter()
+                .rev()
+                .map(|(p, c)| json!([format!("0.{p:02}"), c.to_string()]))
+                .collect(),
+        )
+    }
+
+    /// SPEC "Checksum", with the harness's own CRC-32.
+    fn checksum(&self) -> u32 {
+        crc32(checksum_text(&self.levels(0), &self.levels(1)).as_bytes())
+    }
+}
+
+/// Books per market ticker, fed with orderbook_delta messages.
+#[derive(Default)]
+struct Books {
+    books: BTreeMap<String, Book>,
+    snapshots: usize,
+    deltas: usize,
+}
+
+impl Books {
+    /// Applies a data message; returns its market ticker if it was a book one.
+    fn feed(&mut self, v: &Value) -> Option<String> {
+        let msg = &v["msg"];
+        let ticker = msg["market_ticker"].as_str()?.to_string();
+        match v["type"].as_str()? {
+            "orderbook_snapshot" => {
+                self.snapshots += 1;
+                self.books.insert(ticker.clone(), Book::from_snapshot(msg));
+            }
+            "orderbook_delta" => {
+                self.deltas += 1;
+                self.books
+                    .get_mut(&ticker)
+                    .unwrap_or_else(|| panic!("a delta before the snapshot: {v}"))
+                    .apply(msg);
+            }
+            _ => return None,
+        }
+        Some(ticker)
+    }
+
+    fn matches_rest(&self, venue: &Venue, ticker: &str) -> bool {
+        let rest = venue.read(&format!("/markets/{ticker}/orderbook"), None);
+        let rest = &rest["orderbook"];
+        self.books.get(ticker).is_some_and(|b| {
+            b.levels(0) == rest["up"]
+                && b.levels(1) == rest["down"]
+                && rest["checksum"].as_u64() == Some(u64::from(b.checksum()))
+        })
+    }
+}
+
+/// A small deterministic generator (the tests must be repeatable).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn fast_orders(config: &mut gateway::ServerConfig) {
+    config.orders_per_second = 100_000;
+    config.orders_burst = 100_000;
+}
+
+// ----- public channels -----------------------------------------------------------------------
+
+#[test]
+fn books_rebuilt_from_snapshot_and_deltas_match_rest_under_random_trading() {
+    let venue = Venue::start_with(fast_orders);
+    let addr = ws_addr(&venue);
+    let market = venue.open_market(SERIES_A);
+    let traders: Vec<Trader> = (0..3).map(|_| venue.trader("100000")).collect();
+
+    let mut by_market = connect(addr);
+    let sids = by_market.subscribe(
+        1,
+        &["orderbook_delta", "ticker", "trade"],
+        json!({ "market_tickers": [market] }),
+    );
+    let (book_sid, ticker_sid, trade_sid) = (sids[0], sids[1], sids[2]);
+    let mut by_series = connect(addr);
+    let series_sid = by_series.subscribe(
+        1,
+        &["orderbook_delta"],
+        json!({ "series_tickers": [SERIES_A] }),
+    )[0];
+
+    // The snapshot comes first, for the one market.
+    let first = by_market.data();
+    assert_eq!(first["type"], "orderbook_snapshot", "{first}");
+    assert_eq!(first["sid"], json!(book_sid));
+    assert_eq!(first["seq"], json!(1));
+
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut resting: Vec<(usize, String)> = Vec::new();
+    for i in 0..200 {
+        let t = rng.below(traders.len() as u64) as usize;
+        let key = traders[t].key();
+        if rng.below(100) < 15 && !resting.is_empty() {
+            let (owner, id) = resting.swap_remove(rng.below(resting.len() as u64) as usize);
+            let resp = venue.delete(&format!("/portfolio/orders/{id}"), traders[owner].key());
+            assert_eq!(resp.status, 200, "{}", resp.text);
+            continue;
+        }
+        let outcome = if rng.below(2) == 0 { "up" } else { "down" };
+        let action = if rng.below(100) < 80 { "buy" } else { "sell" };
+        let price = format!("0.{:02}", 30 + rng.below(41));
+        let count = (1 + rng.below(20)).to_string();
+        let mut body = order(
+            &market,
+            outcome,
+            action,
+            &price,
+            &count,
+            &coid(&format!("r{i}")),
+        );
+        if rng.below(10) == 0 {
+            body["time_in_force"] = json!("immediate_or_cancel");
+        }
+        let resp = venue.place(key, &body);
+        if resp.status == 201 && resp.body["order"]["status"] == "resting" {
+            let id = resp.body["order"]["order_id"]
+                .as_str()
+                .expect("id")
+                .to_string();
+            resting.push((t, id));
+        }
+    }
+
+    // Both clients converge on the REST book, every checksum checked.
+    let mut books = Books::default();
+    books.feed(&first);
+    let mut trades: Vec<Value> = Vec::new();
+    let mut last_ticker = Value::Null;
+    by_market.data_while(WAIT, |v| {
+        let sid = v["sid"].as_u64().expect("sid");
+        if sid == book_sid {
+            books.feed(v);
+        } else if sid == ticker_sid {
+            assert_eq!(v["type"], "ticker", "{v}");
+            last_ticker = v["msg"].clone();
+        } else if sid == trade_sid {
+            assert_eq!(v["type"], "trade", "{v}");
+            trades.push(v["msg"].clone());
+        }
+        !books.matches_rest(&venue, &market)
+    });
+    assert!(books.deltas > 50, "only {} deltas", books.deltas);
+    let mut series_books = Books::default();
+    by_series.data_while(WAIT, |v| {
+        assert_eq!(v["sid"], json!(series_sid));
+        series_books.feed(v);
+        !series_books.matches_rest(&venue, &market)
+    });
+    assert!(
+        series_books.books.len() >= 2,
+        "the series' open and scheduled windows: {:?}",
+        series_books.books.keys()
+    );
+
+    // Every public trade, in the REST shape, and the ticker as REST shows it.
+    let rest_trades = venue.read(&format!("/markets/{market}/trades?limit=1000"), None);
+    let rest_trades = rest_trades["trades"].as_array().expect("trades").clone();
+    assert!(!rest_trades.is_empty(), "random trading traded");
+    if trades.len() < rest_trades.len() {
+        by_market.data_while(WAIT, |v| {
+            if v["sid"] == json!(trade_sid) {
+                trades.push(v["msg"].clone());
+            } else if v["sid"] == json!(ticker_sid) {
+                last_ticker = v["msg"].clone();
+            }
+            trades.len() < rest_trades.len()
+        });
+    }
+    // Any ticker still on its way.
+    while let Some(v) = by_market.data_until(Instant::now() + Duration::from_millis(300)) {
+        assert_eq!(v["sid"], json!(ticker_sid), "{v}");
+        last_ticker = v["msg"].clone();
+    }
+    let by_id = |list: &[Value]| -> BTreeMap<String, Value> {
+        list.iter()
+            .map(|t| (t["trade_id"].as_str().expect("id").to_string(), t.clone()))
+            .collect()
+    };
+    assert_eq!(by_id(&trades), by_id(&rest_trades));
+    let rest_market = venue.read(&format!("/markets/{market}"), None)["market"].clone();
+    let mut expected = serde_json::Map::new();
+    expected.insert("market_ticker".into(), json!(market));
+    for f in [
+        "up_bid",
+        "up_bid_size",
+        "up_ask",
+        "up_ask_size",
+        "last_price",
+    ] {
+        if let Some(v) = rest_market.get(f) {
+            expected.insert(f.into(), v.clone());
+        }
+    }
+    assert_eq!(last_ticker, Value::Object(expected));
+}
+
+#[test]
+fn a_gap_from_a_full_queue_is_recovered_with_get_snapshot() {
+    let venue = Venue::start_with(|c| {
+        fast_orders(c);
+        c.ws_queue_capacity = 1;
+    });
+    let addr = ws_addr(&venue);
+    let market = venue.open_market(SERIES_A);
+    let trader = venue.trader("100000");
+    let mut client = connect(addr);
+    client.strict = false;
+    // Three subscriptions of one book on one connection: each delta is
+    // three messages pushed back to back into a queue of one.
+    for id in 1..=3 {
+        client.subscribe(
+            id,
+            &["orderbook_delta"],
+            json!({ "market_tickers": [market] }),
+        );
+    }
+    // 60 levels, then one cancel-all: 60 deltas in one batch.
+    for p in 1..=30 {
+        for outcome in ["up", "down"] {
+            venue.place_ok(
+                trader.key(),
+                &buy(&market, outcome, &format!("0.{p:02}"), "1"),
+            );
+        }
+    }
+    let resp = venue.delete("/portfolio/orders", trader.key());
+    assert_eq!(resp.status, 200, "{}", resp.text);
+    let deadline = Instant::now() + WAIT;
+    while client.gaps.is_empty() {
+        client.data_until(deadline).expect("a gap in time");
+    }
+    // Recovery on the subscription with the gap: drop its book, ask for a
+    // snapshot, rebuild, and follow the deltas after it.
+    let sid = client.gaps[0].0;
+    while client
+        .data_until(Instant::now() + Duration::from_millis(300))
+        .is_some()
+    {}
+    let others: Vec<u64> = (1..=3).filter(|s| *s != sid).collect();
+    client.send(&json!({ "id": 9, "cmd": "unsubscribe", "params": { "sids": others } }));
+    client.replies(9, 2);
+    let mut books = Books::default();
+    let before = client.seqs[&sid];
+    let reply = client.cmd(
+        2,
+        "update_subscription",
+        json!({ "sid": sid, "action": "get_snapshot" }),
+    );
+    assert_eq!(reply["type"], "ok", "{reply}");
+    assert_eq!(reply["msg"]["sid"], json!(sid));
+    let snapshot = client.data();
+    assert_eq!(snapshot["type"], "orderbook_snapshot", "{snapshot}");
+    assert_eq!(snapshot["sid"], json!(sid));
+    // Messages dropped after the last one read also took seqs: the
+    // snapshot may follow a further jump, and a client takes it as is.
+    assert!(snapshot["seq"].as_u64().unwrap() > before, "{snapshot}");
+    books.feed(&snapshot);
+    let gaps = client.gaps.len();
+    assert!(books.matches_rest(&venue, &market));
+    // And the deltas after it apply cleanly (the other sids are ignored).
+    venue.place_ok(trader.key(), &buy(&market, "up", "0.42", "7"));
+    client.data_while(WAIT, |v| {
+        assert_eq!(v["sid"], json!(sid), "{v}");
+        books.feed(v);
+        !books.matches_rest(&venue, &market)
+    });
+    assert_eq!(client.gaps.len(), gaps, "no gap after the recovery");
+}
+
+#[test]
+fn subscriptions_are_listed_updated_and_removed_and_prices_stream() {
+    let venue = Venue::start();
+    let addr = ws_addr(&venue);
+    let market_a = venue.open_market(SERIES_A);
+    let market_b = venue.open_market(SERIES_B);
+    let mut c = connect(addr);
+
+    // prices: the current price at once, then every print.
+    let prices = c.subscribe(1, &["prices"], json!({ "symbols": [SYMBOL] }))[0];
+    let now = c.data();
+    assert_eq!(now["type"], "price");
+    assert_eq!(now["sid"], json!(prices));
+    assert_eq!(keys(&now["msg"]), set(&["symbol", "price", "t_ms"]));
+    assert_eq!(now["msg"]["symbol"], SYMBOL);
+    assert_eq!(now["msg"]["price"], "97000.50");
+    venue.admin(
+        "/admin/prices",
+        json!({ "symbol": SYMBOL, "price": "97001.25", "t_ms": now_ms() }),
+    );
+    let print = c.data();
+    assert_eq!(print["msg"]["price"], "97001.25");
+    assert_eq!(print["seq"], json!(2));
+
+    // ticker: the current top at once for each market.
+    let ticker = c.subscribe(2, &["ticker"], json!({ "market_tickers": [market_a] }))[0];
+    let top = c.data();
+    assert_eq!(top["type"], "ticker");
+    assert_eq!(top["msg"], json!({ "market_ticker": market_a }));
+    let reply = c.cmd(
+        3,
+        "update_subscription",
+        json!({ "sid": ticker, "action": "add_markets", "market_tickers": [market_b] }),
+    );
+    assert_eq!(reply["type"], "ok");
+    assert_eq!(reply["msg"]["market_tickers"], json!([market_a, market_b]));
+    let top_b = c.data();
+    assert_eq!(top_b["msg"]["market_ticker"], json!(market_b));
+    assert_eq!(top_b["seq"], json!(2));
+
+    let list = c.cmd(4, "list_subscriptions", json!({}));
+    assert_eq!(list["type"], "ok");
+    assert_eq!(
+        list["msg"],
+        json!({ "subscriptions": [
+            { "sid": prices, "channel": "prices", "symbols": [SYMBOL] },
+            { "sid": ticker, "channel": "ticker", "market_tickers": [market_a, market_b], "series_tickers": [] },
+        ]})
+    );
+    let reply = c.cmd(
+        5,
+        "update_subscription",
+        json!({ "sid": ticker, "action": "delete_markets", "market_tickers": [market_a] }),
+    );
+    assert_eq!(reply["msg"]["market_tickers"], json!([market_b]));
+
+    // unsubscribe: one reply per sid; then the sids are gone.
+    c.send(&json!({ "id": 6, "cmd": "unsubscribe", "params": { "sids": [prices, ticker] } }));
+    let replies = c.replies(6, 2);
+    for (r, sid) in replies.iter().zip([prices, ticker]) {
+        assert_eq!(r["type"], "unsubscribed", "{r}");
+        assert_eq!(r["msg"]["sid"], json!(sid));
+    }
+    c.cmd_err(7, "unsubscribe", json!({ "sids": [prices] }), 4);
+    c.cmd_err(
+        8,
+        "update_subscription",
+        json!({ "sid": 99, "action": "get_snapshot" }),
+        4,
+    );
+    assert_eq!(
+        c.cmd(9, "list_subscriptions", json!({}))["msg"],
+        json!({ "subscriptions": [] })
+    );
+    // No data of a removed subscription arrives.
+    venue.push_price("97002");
+    assert!(c
+        .data_until(Instant::now() + Duration::from_millis(300))
+        .is_none());
+
+    // The numbered errors of bad commands.
+    c.cmd_err(10, "dance", json!({}), 1);
+    c.cmd_err(11, "subscribe", json!({ "channels": ["ticker"] }), 2);
+    c.cmd_err(
+        12,
+        "subscribe",
+        json!({ "channels": ["weather"], "market_tickers": [market_a] }),
+        3,
+    );
+    c.cmd_err(
+        13,
+        "subscribe",
+        json!({ "channels": ["ticker"], "market_tickers": ["NOT A TICKER"] }),
+        7,
+    );
+    c.cmd_err(
+        14,
+        "subscribe",
+        json!({ "channels": ["ticker"], "market_tickers": ["nope-200101-0000-0100"] }),
+        7,
+    );
+    c.send_text("not json");
+    let reply = c.replies_null();
+    assert_eq!(reply["msg"]["code"], json!(2));
+}
+
+impl Client {
+    /// The reply to a frame that had no id to echo.
+    fn replies_null(&mut self) -> Value {
+        let v = self.next_json(Instant::now() + WAIT).expect("a reply");
+        assert_eq!(v["id"], Value::Null, "{v}");
+        assert_eq!(v["type"], "error", "{v}");
+        v
+    }
+}
+
+// ----- series follow windows (about a minute) ---------------------------------------------------
+
+/// SLOW (up to about 65 s): waits for a real minute boundary, because
+/// windows are at least a minute long and the venue's clock is the wall
+/// clock. The series is created after the subscription, so its window is
+/// new to the subscription: its snapshot, `open`, `closed` and `settled`
+/// all arrive on the series subscription.
+#[test]
+fn a_series_subscription_follows_a_new_window_through_open_closed_and_settled() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut config = config(dir.path());
+    config.series.clear();
+    let server = Server::start(config).expect("start");
+    let addr = server.addr;
+    let price = |p: i64| {
+        let reply = server
+            .runtime()
+            .block_on(server.submitter.internal(Command::Price {
+                symbol: SYMBOL.into(),
+                price_e8: p * 100_000_000,
+                t_ms: now_ms(),
+            }));
+        assert!(matches!(reply, Ok(sequencer::Reply::Ok)), "{reply:?}");
+    };
+    price(100);
+    let mut c = connect(addr);
+    let sids = c.subscribe(
+        1,
+        &["window_lifecycle", "orderbook_delta"],
+        json!({ "series_tickers": ["ws-1m"] }),
+    );
+    let (life, book) = (sids[0], sids[1]);
+    let reply =
+        server.runtime().block_on(
+            server
+                .submitter
+                .internal(Command::CreateSeries(SeriesConfig {
+                    ticker: "ws-1m".into(),
+                    symbol: SYMBOL.into(),
+                    window_ms: 60_000,
+                    list_ahead: 0,
+                    taker_fee_bps: 0,
+                    maker_fee_bps: 0,
+                    market_cap_cents: 1_000_000,
+                })),
+        );
+    assert!(matches!(reply, Ok(sequencer::Reply::Ok)), "{reply:?}");
+
+    let snapshot = c.data();
+    assert_eq!(snapshot["type"], "orderbook_snapshot", "{snapshot}");
+    assert_eq!(snapshot["sid"], json!(book));
+    let window = snapshot["msg"]["market_ticker"]
+        .as_str()
+        .expect("ticker")
+        .to_string();
+    assert!(window.starts_with("ws-1m-"), "{window}");
+    let open = c.data();
+    assert_eq!(open["sid"], json!(life), "{open}");
+    assert_eq!(open["type"], "window_lifecycle");
+    assert_eq!(
+        keys(&open["msg"]),
+        set(&["market_ticker", "event", "price_to_beat", "ts_ms"])
+    );
+    assert_eq!(open["msg"]["event"], "open");
+    assert_eq!(open["msg"]["market_ticker"], json!(window));
+    assert_eq!(open["msg"]["price_to_beat"], "100.00");
+
+    // Prints keep coming; the window closes at the minute and settles on
+    // the first print at or after its close.
+    let mut events: Vec<Value> = Vec::new();
+    let mut snapshots: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(75);
+    let mut p = 100;
+    while !events
+        .iter()
+        .any(|e| e["msg"]["event"] == "settled" && e["msg"]["market_ticker"] == json!(window))
+    {
+        assert!(Instant::now() < deadline, "no settlement: {events:?}");
+        p += 1;
+        price(p);
+        while let Some(v) = c.data_until(Instant::now() + Duration::from_millis(500)) {
+            if v["sid"] == json!(life) {
+                events.push(v);
+            } else {
+                assert_eq!(v["type"], "orderbook_snapshot", "{v}");
+                snapshots.push(v["msg"]["market_ticker"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    let mine: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["msg"]["market_ticker"] == json!(window))
+        .collect();
+    assert_eq!(mine.len(), 2, "{events:?}");
+    assert_eq!(mine[0]["msg"]["event"], "closed");
+    assert_eq!(
+        keys(&mine[0]["msg"]),
+        set(&["market_ticker", "event", "ts_ms"])
+    );
+    assert_eq!(mine[1]["msg"]["event"], "settled");
+    assert_eq!(
+        keys(&mine[1]["msg"]),
+        set(&[
+            "market_ticker",
+            "event",
+            "result",
+            "settlement_price",
+            "ts_ms"
+        ])
+    );
+    assert_eq!(mine[1]["msg"]["result"], "up");
+    // The next window was listed and opened on the same subscriptions.
+    assert_eq!(snapshots.len(), 1, "{snapshots:?}");
+    assert_ne!(snapshots[0], window);
+    assert!(events
+        .iter()
+        .any(|e| e["msg"]["event"] == "open" && e["msg"]["market_ticker"] == json!(snapshots[0])));
+    drop(c);
+    server.stop();
+}
+
+// ----- private channels ------------------------------------------------------------------------
+
+#[test]
+fn private_channels_need_a_key_and_carry_only_the_accounts_own_events() {
+    let venue = Venue::start();
+    let addr = ws_addr(&venue);
+    let market = venue.open_market(SERIES_A);
+    let alice = venue.trader("1000");
+    let bob = venue.trader("1000");
+    let private = ["fill", "user_orders", "market_positions", "balance"];
+
+    // Without a key: 8 AUTH_REQUIRED, for each private channel.
+    let mut anonymous = connect(addr);
+    for (i, channel) in private.iter().enumerate() {
+        anonymous.cmd_err(
+            i as u64 + 1,
+            "subscribe",
+            json!({ "channels": [channel] }),
+            8,
+        );
+    }
+    // A refused key: 401 on the upgrade, error 9 on login.
+    let (status, body) =
+        match try_connect(addr, &[("Authorization", "Bearer tk_test_nokey_secret")]) {
+            Ok(_) => panic!("an unknown key was accepted"),
+            Err(e) => e,
+        };
+    assert_eq!(status, 401);
+    assert_eq!(body["code"], "UNAUTHORIZED");
+    let bad = format!("{}x", alice.key.as_str());
+    let msg = anonymous.cmd_err(10, "login", json!({ "api_key": bad }), 9);
+    assert_eq!(msg, "Invalid API key.");
+
+    // Alice by bearer header, Bob by login.
+    let mut a = connect_with_key(addr, alice.key.as_str());
+    let a_sids = a.subscribe(1, &private, json!({}));
+    let mut b = connect(addr);
+    let login = b.cmd(1, "login", json!({ "api_key": bob.key.as_str() }));
+    assert_eq!(login["type"], "ok", "{login}");
+    b.cmd_err(2, "login", json!({ "api_key": bob.key.as_str() }), 10);
+    let b_sids = b.subscribe(3, &private, json!({}));
+
+    // Alice rests a buy of Up; Bob's buy of Down crosses it.
+    let a_order = venue.place_ok(alice.key(), &buy(&market, "up", "0.40", "10"));
+    let b_order = venue.place_ok(bob.key(), &buy(&market, "down", "0.60", "10"));
+
+    for (client, sids, own, other, trader) in [
+        (&mut a, &a_sids, &a_order, &b_order, &alice),
+        (&mut b, &b_sids, &b_order, &a_order, &bob),
+    ] {
+        let mut orders = Vec::new();
+        let mut fills = Vec::new();
+        let mut positions = Vec::new();
+        let mut balances = Vec::new();
+        client.data_while(WAIT, |v| {
+            let msg = v["msg"].clone();
+            match v["type"].as_str().unwrap() {
+                "user_order" => {
+                    assert_eq!(v["sid"], json!(sids[1]));
+                    assert_order_shape(&msg);
+                    assert_ne!(
+                        msg["order_id"], other["order_id"],
+                        "another account's order"
+                    );
+                    orders.push(msg);
+                }
+                "fill" => {
+                    assert_eq!(v["sid"], json!(sids[0]));
+                    assert_fill_shape(&msg);
+                    fills.push(msg);
+                }
+                "market_position" => {
+                    assert_eq!(v["sid"], json!(sids[2]));
+                    assert_position_shape(&msg);
+                    positions.push(msg);
+                }
+                "balance" => {
+                    assert_eq!(v["sid"], json!(sids[3]));
+                    assert_eq!(keys(&msg), set(&["cash", "held", "buying_power"]));
+                    balances.push(msg);
+                }
+                other => panic!("{other}: {v}"),
+            }
+            // The maker's position and balance follow its order's update.
+            !(orders.iter().any(|o| o["status"] == "executed")
+                && !fills.is_empty()
+                && positions.last().is_some_and(|p| p["count"] == "10")
+                && balances.last().is_some_and(|b| b["held"] == "0.00"))
+        });
+        assert!(
+            orders.iter().all(|o| o["order_id"] == own["order_id"]),
+            "{orders:?}"
+        );
+        // The last of each equals what REST says now.
+        let rest_fills = venue.read("/portfolio/fills", trader.key());
+        assert_eq!(fills, rest_fills["fills"].as_array().unwrap().clone());
+        let rest_positions = venue.read("/portfolio/positions", trader.key());
+        assert_eq!(positions.last().unwrap(), &rest_positions["positions"][0]);
+        let rest_balance = venue.read("/portfolio/balance", trader.key());
+        assert_eq!(balances.last().unwrap(), &rest_balance["balance"]);
+        let rest_order = venue.read(
+            &format!("/portfolio/orders/{}", own["order_id"].as_str().unwrap()),
+            trader.key(),
+        );
+        assert_eq!(orders.last().unwrap(), &rest_order["order"]);
+        // Nothing else (nothing of the other account) follows.
+        assert!(client
+            .data_until(Instant::now() + Duration::from_millis(300))
+            .is_none());
+    }
+}
+
+#[test]
+fn a_revoked_key_closes_its_connection_within_a_ping() {
+    let venue = Venue::start_with(|c| c.ws_ping_interval_ms = 200);
+    let addr = ws_addr(&venue);
+    let trader = venue.trader("100");
+    let mut c = connect_with_key(addr, trader.key.as_str());
+    c.subscribe(1, &["balance"], json!({}));
+    venue.revoke(&trader.key);
+    assert_eq!(c.close_code(WAIT), 1008);
+}
+
+// ----- limits and close codes -------------------------------------------------------------------
+
+#[test]
+fn flooding_commands_closes_with_1008() {
+    let venue = Venue::start();
+    let mut c = connect(ws_addr(&venue));
+    for id in 0..40 {
+        c.send(&json!({ "id": id, "cmd": "list_subscriptions" }));
+    }
+    assert_eq!(c.close_code(WAIT), 1008);
+}
+
+#[test]
+fn a_message_over_64_kb_closes_with_1009_and_one_of_64_kb_is_taken() {
+    let venue = Venue::start();
+    let addr = ws_addr(&venue);
+    let mut c = connect(addr);
+    let command = r#"{"id":1,"cmd":"list_subscriptions","params":{}}"#;
+    let exact = format!("{command}{}", " ".repeat(64 * 1024 - command.len()));
+    assert_eq!(exact.len(), 65_536);
+    c.send_text(&exact);
+    assert_eq!(c.replies(1, 1)[0]["type"], "ok");
+    let over = format!("{command}{}", " ".repeat(64 * 1024 + 1 - command.len()));
+    c.send_text(&over);
+    assert_eq!(c.close_code(WAIT), 1009);
+}
+
+#[test]
+fn tickers_subscriptions_and_connections_are_bounded() {
+    let venue = Venue::start();
+    let addr = ws_addr(&venue);
+    let market = venue.open_market(SERIES_A);
+    let mut c = connect(addr);
+    // 100 tickers pass, 101 do not; 64 symbols pass, 65 do not.
+    let series: Vec<String> = (0..101).map(|i| format!("s{i}")).collect();
+    c.cmd_err(
+        1,
+        "subscribe",
+        json!({ "channels": ["trade"], "series_tickers": series }),
+        5,
+    );
+    let sids = c.subscribe(2, &["trade"], json!({ "series_tickers": series[..100] }));
+    let symbols: Vec<String> = (0..65).map(|i| format!("S{i}")).collect();
+    c.cmd_err(
+        3,
+        "subscribe",
+        json!({ "channels": ["prices"], "symbols": symbols }),
+        5,
+    );
+    c.subscribe(4, &["prices"], json!({ "symbols": symbols[..64] }));
+    c.cmd(5, "unsubscribe", json!({ "sids": sids }));
+    // 100 subscriptions per connection (commands paced under the rate).
+    let channels = [
+        "orderbook_delta",
+        "ticker",
+        "trade",
+        "window_lifecycle",
+        "prices",
+    ];
+    let mut count = 1; // the prices subscription above
+    let mut id = 10;
+    while count + channels.len() <= 100 {
+        c.subscribe(
+            id,
+            &channels,
+            json!({ "market_tickers": [market], "symbols": [SYMBOL] }),
+        );
+        count += channels.len();
+        id += 1;
+        std::thread::sleep(Duration::from_millis(110));
+    }
+    let fill = 100 - count;
+    c.subscribe(
+        id,
+        &channels[..fill],
+        json!({ "market_tickers": [market], "symbols": [SYMBOL] }),
+    );
+    c.cmd_err(
+        id + 1,
+        "subscribe",
+        json!({ "channels": ["trade"], "market_tickers": [market] }),
+        6,
+    );
+    let list = c.cmd(id + 2, "list_subscriptions", json!({}));
+    assert_eq!(list["msg"]["subscriptions"].as_array().unwrap().len(), 100);
+
+    // 20 connections per address; the 21st upgrade is refused with 429.
+    drop(c);
+    // (The dropped connection's slot is released when the server sees it go.)
+    let connect_retry = || {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match try_connect(addr, &[]) {
+                Ok(client) => return client,
+                Err((429, _)) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    };
+    let mut open: Vec<Client> = (0..20).map(|_| connect_retry()).collect();
+    let (status, body) = match try_connect(addr, &[]) {
+        Ok(_) => panic!("a 21st connection was accepted"),
+        Err(e) => e,
+    };
+    assert_eq!(status, 429);
+    assert_eq!(body["code"], "RATE_LIMITED");
+    // One closes; a new one is accepted.
+    open.pop();
+    open.push(connect_retry());
+}
+
+#[test]
+fn a_silent_connection_is_closed_and_a_live_one_is_pinged() {
+    let venue = Venue::start_with(|c| c.ws_ping_interval_ms = 200);
+    let addr = ws_addr(&venue);
+    let mut silent = connect(addr);
+    let mut live = connect(addr);
+    // The live client reads (and so answers pings) for a while.
+    let mut pings = 0;
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    while let Some(m) = live.frame(deadline) {
+        if let Message::Ping(_) = m {
+            pings += 1;
+        }
+    }
+    assert!(pings >= 3, "{pings} pings");
+    assert_eq!(live.cmd(1, "list_subscriptions", json!({}))["type"], "ok");
+    // The silent one answered nothing and was closed.
+    assert_eq!(silent.close_code(WAIT), 1001);
+}
+
+#[test]
+fn any_origin_is_accepted_and_a_plain_get_is_refused() {
+    let venue = Venue::start();
+    let addr = ws_addr(&venue);
+    let mut c = try_connect(addr, &[("Origin", "https://elsewhere.example")]).expect("any Origin");
+    assert_eq!(c.cmd(1, "list_subscriptions", json!({}))["type"], "ok");
+    let resp = venue.get("/ws", None);
+    resp.err(400, "BAD_REQUEST");
+}
