@@ -78,7 +78,10 @@ pub fn replay_with(
     reader.seek(state.last_seq + 1)?;
     let mut events = Vec::with_capacity(64);
     let mut applied = 0;
-    while let Some(record) = reader.next()? {
+    // Stop before reading a record past the target seq, so damage after it
+    // does not stand in the way of any moment before it.
+    while state.last_seq < until_seq(until) {
+        let Some(record) = reader.next()? else { break };
         if record.seq != state.last_seq + 1 {
             return Err(ReplayError::Gap {
                 expected: state.last_seq + 1,
@@ -100,6 +103,14 @@ pub fn replay_with(
         applied,
         skipped_snapshots: skipped.iter().map(ToString::to_string).collect(),
     })
+}
+
+/// The last seq a target can include.
+fn until_seq(until: Until) -> u64 {
+    match until {
+        Until::Seq(last) => last,
+        Until::End | Until::TimeMs(_) => u64::MAX,
+    }
 }
 
 fn start_state(

@@ -4,8 +4,15 @@
 //!   simulator) from embedded defaults or a TOML file.
 //! - `updown admin ...` runs it as an operator through the admin endpoint,
 //!   finding the server and its token from the data directory.
+//! - `updown journal|replay|snapshot` are the auditor's tools: read the
+//!   journal, rebuild the venue as of any seq or time, snapshot offline.
 
 mod admin;
+mod describe;
+mod journal_cmd;
+mod replay_cmd;
+mod scan;
+mod timefmt;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +39,12 @@ enum Top {
     Serve(ServeArgs),
     /// Operate a running venue.
     Admin(admin::AdminArgs),
+    /// Read the journal: dump, find, tail, stats, verify.
+    Journal(journal_cmd::JournalArgs),
+    /// Rebuild the venue as of a seq or time; export or compare.
+    Replay(replay_cmd::ReplayArgs),
+    /// Write a snapshot from the journal, offline.
+    Snapshot(replay_cmd::SnapshotArgs),
 }
 
 #[derive(clap::Args)]
@@ -65,6 +78,9 @@ fn main() {
     let result = match cli.command {
         Top::Serve(args) => serve(args),
         Top::Admin(args) => admin::run(args),
+        Top::Journal(args) => journal_cmd::run(args),
+        Top::Replay(args) => replay_cmd::run(args),
+        Top::Snapshot(args) => replay_cmd::snapshot_cmd(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

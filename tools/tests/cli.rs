@@ -304,18 +304,23 @@ fn demo_then_sigterm_then_restart_keeps_the_account_and_its_orders() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = serve(dir.path(), true);
     let key = server.demo_key.clone().expect("serve --demo prints a key");
-    let (status, markets) = http(
-        &server.addr,
-        "GET",
-        "/markets?series_ticker=aapl-60m&status=open",
-        &key,
-        None,
-    );
-    assert_eq!(status, 200);
-    let ticker = markets["markets"][0]["ticker"]
-        .as_str()
-        .expect("an open aapl-60m window")
-        .to_string();
+    // The current window opens on the simulator's first print, just after start-up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ticker = loop {
+        let (status, markets) = http(
+            &server.addr,
+            "GET",
+            "/markets?series_ticker=aapl-60m&status=open",
+            &key,
+            None,
+        );
+        assert_eq!(status, 200);
+        if let Some(t) = markets["markets"][0]["ticker"].as_str() {
+            break t.to_string();
+        }
+        assert!(Instant::now() < deadline, "an open aapl-60m window");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let body = format!(
         r#"{{"market_ticker":"{ticker}","outcome":"up","action":"buy","price":"0.20","count":"5","client_order_id":"keep-me"}}"#
     );

@@ -1,0 +1,1142 @@
+//! The auditor's tools as a person runs them: `updown journal ...`,
+//! `updown replay ...` and `updown snapshot ...` on (a) a journal written by
+//! the seeded simulation through a real `replay::Node`, with the live state
+//! recorded along the way, and (b) the journal of a real `updown serve`
+//! driven over HTTP. The key check: what `replay --until-seq N` answers is
+//! what the live venue was at seq N (state and event hashes, and the REST
+//! answers the server gave right after the command). Damaged journals are
+//! named by segment file and offset and make the commands fail.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use journal::{Durability, JournalConfig};
+use replay::{snapshot, Node, NodeConfig};
+use sequencer::query::OrderFilter;
+use sequencer::{Command as Cmd, Stamped, State, VenueConfig};
+use serde_json::Value;
+use tests::sim::{Sim, SimConfig, SIM_T0};
+
+const BIN: &str = env!("CARGO_BIN_EXE_updown");
+
+fn updown(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(BIN).args(args).output().unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into(),
+        String::from_utf8_lossy(&output.stderr).into(),
+    )
+}
+
+fn updown_ok(args: &[&str]) -> String {
+    let (ok, out, err) = updown(args);
+    assert!(ok, "updown {args:?} failed: {err}\n{out}");
+    out
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn json_one(text: &str) -> Value {
+    let lines = json_lines(text);
+    assert_eq!(lines.len(), 1, "{text}");
+    lines.into_iter().next().unwrap()
+}
+
+fn hex(v: u64) -> String {
+    format!("{v:016x}")
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The live venue at one seq, as the REST handlers would have answered.
+struct Checkpoint {
+    ts_ms: u64,
+    state_hash: u64,
+    event_hash: u64,
+    /// (ticker, GET /markets/{ticker}/orderbook body)
+    book: Option<(String, Value)>,
+    /// (account, GET balance body, positions, orders page, fills page)
+    account: Option<(u32, Value, Value, Value, Value)>,
+    /// Whether the next command is stamped later (so `--until-time ts_ms`
+    /// means exactly this seq).
+    time_unique: bool,
+}
+
+/// REST answers for the account behind `key`, from the state, exactly as
+/// gateway::api::rest writes them.
+fn rest_account(state: &State, key: u32) -> (Value, Value, Value, Value) {
+    use gateway::api::json as rest;
+    let balance =
+        serde_json::json!({ "balance": rest::balance(&state.query_balance(key).unwrap()) });
+    let positions: Vec<Value> = state
+        .query_positions(key)
+        .unwrap()
+        .iter()
+        .map(rest::position)
+        .collect();
+    let filter = OrderFilter {
+        limit: Some(1000),
+        ..OrderFilter::default()
+    };
+    let orders: Vec<Value> = state
+        .query_orders(key, &filter)
+        .unwrap()
+        .items
+        .iter()
+        .map(|o| rest::order(state, o))
+        .collect();
+    let fills: Vec<Value> = state
+        .query_fills(key, None, Some(500), None)
+        .unwrap()
+        .items
+        .iter()
+        .map(|f| rest::fill(state, f))
+        .collect();
+    (
+        balance,
+        Value::Array(positions),
+        Value::Array(orders),
+        Value::Array(fills),
+    )
+}
+
+fn checkpoint(state: &State) -> Checkpoint {
+    // The market with the most resting orders, and account 3 through its
+    // first key.
+    let book = state
+        .markets
+        .iter()
+        .max_by_key(|m| m.book.side(sequencer::types::Outcome::Up).top(99).count())
+        .map(|m| {
+            let view = state.query_orderbook(&m.ticker, None).unwrap();
+            (
+                m.ticker.clone(),
+                serde_json::json!({ "orderbook": gateway::api::json::orderbook(&view) }),
+            )
+        });
+    // An account with many orders, through a key that may read it now.
+    let account = state
+        .keys
+        .iter()
+        .filter(|k| state.query_balance(k.idx).is_ok())
+        .max_by_key(|k| {
+            (
+                state.account(k.account).map_or(0, |a| a.orders.len()),
+                k.idx,
+            )
+        })
+        .map(|k| {
+            let (b, pos, o, f) = rest_account(state, k.idx);
+            (k.account, b, pos, o, f)
+        });
+    Checkpoint {
+        ts_ms: state.now_ms,
+        state_hash: state.state_hash(),
+        event_hash: state.event_hash,
+        book,
+        account,
+        time_unique: false,
+    }
+}
+
+struct SimRun {
+    dir: tempfile::TempDir,
+    node: Option<Node>,
+    stamped: Vec<Stamped>,
+    checkpoints: BTreeMap<u64, Checkpoint>,
+    snapshot_seq: u64,
+    /// place_order records that concern account 3 (its key, or its events).
+    place_orders_of_3: u64,
+    last_seq: u64,
+}
+
+fn node_config(dir: &Path) -> NodeConfig {
+    let mut journal = JournalConfig::new(dir.join("journal"));
+    journal.segment_bytes = 512 * 1024;
+    journal.durability = Durability::Never;
+    NodeConfig {
+        journal,
+        snapshot_dir: Some(dir.join("snapshots")),
+        venue: VenueConfig::default(),
+    }
+}
+
+/// Drives a node with the simulation, recording the live state at
+/// checkpoints; a snapshot is written on the way.
+fn simulate(seed: u64, commands: u32) -> SimRun {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut node, _) = Node::open(node_config(dir.path()), SIM_T0).unwrap();
+    let mut sim = Sim::new(seed, SimConfig::default());
+    let mut checkpoints = BTreeMap::new();
+    let mut snapshot_seq = 0;
+    let mut place_orders_of_3 = 0;
+    let mut pending: Option<(u64, Checkpoint)> = None;
+    for i in 0..commands {
+        let (ts, command) = sim.next(node.state());
+        let is_place = matches!(command, Cmd::PlaceOrder { .. });
+        let key = match &command {
+            Cmd::PlaceOrder { key, .. } => Some(*key),
+            _ => None,
+        };
+        if let Some((seq, mut c)) = pending.take() {
+            c.time_unique = ts > c.ts_ms;
+            checkpoints.insert(seq, c);
+        }
+        let (seq, _) = node.submit(ts, command).unwrap();
+        if is_place {
+            let state = node.state();
+            let by_key = key
+                .and_then(|k| state.key(k))
+                .is_some_and(|k| k.account == 3);
+            let touched = node.events().iter().any(|e| e.account() == Some(3));
+            if by_key || touched {
+                place_orders_of_3 += 1;
+            }
+        }
+        node.drain_events();
+        if i % 64 == 0 {
+            node.commit().unwrap();
+        }
+        if i == commands / 2 {
+            node.commit().unwrap();
+            node.snapshot().unwrap();
+            snapshot_seq = seq;
+        }
+        if i % 1500 == 777 || i == commands / 2 || i == commands / 2 + 1 {
+            pending = Some((seq, checkpoint(node.state())));
+        }
+    }
+    node.commit().unwrap();
+    let last_seq = node.state().last_seq;
+    if let Some((seq, c)) = pending.take() {
+        checkpoints.insert(seq, c);
+    }
+    checkpoints.insert(last_seq, checkpoint(node.state()));
+    // The stamped commands as journaled, for expectations.
+    let stamped = read_all(&dir.path().join("journal"));
+    assert_eq!(stamped.len() as u64, last_seq);
+    SimRun {
+        dir,
+        node: Some(node),
+        stamped,
+        checkpoints,
+        snapshot_seq,
+        place_orders_of_3,
+        last_seq,
+    }
+}
+
+fn read_all(journal: &Path) -> Vec<Stamped> {
+    let mut reader = journal::Reader::open(journal).unwrap();
+    let mut all = Vec::new();
+    while let Some(r) = reader.next().unwrap() {
+        all.push(replay::codec::decode(r.seq, r.payload).unwrap());
+    }
+    all
+}
+
+fn segment_files(journal: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(journal)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// Flips one byte of the payload of record `seq`; returns its segment file
+/// and the record's offset.
+fn damage(data_dir: &Path, seq: u64) -> (String, u64) {
+    let line = updown_ok(&[
+        "journal",
+        "dump",
+        "--raw",
+        "--json",
+        "--journal",
+        p(&data_dir.join("journal")),
+        "--from-seq",
+        &seq.to_string(),
+        "--to-seq",
+        &seq.to_string(),
+    ]);
+    let record = json_one(&line);
+    let segment = journal::segment_path(
+        &data_dir.join("journal"),
+        record["segment"].as_u64().unwrap(),
+    );
+    let offset = record["offset"].as_u64().unwrap();
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&segment)
+        .unwrap();
+    let mut byte = [0u8; 1];
+    file.read_at(&mut byte, offset + 32 + 5).unwrap();
+    byte[0] ^= 0x5a;
+    file.write_at(&byte, offset + 32 + 5).unwrap();
+    (
+        segment.file_name().unwrap().to_string_lossy().into(),
+        offset,
+    )
+}
+
+#[test]
+fn simulated_journal_every_subcommand() {
+    let mut run = simulate(7, 12_000);
+    let data = run.dir.path().to_path_buf();
+    let d = p(&data);
+    let journal_dir = data.join("journal");
+    let total = run.last_seq;
+    assert!(segment_files(&journal_dir).len() > 2, "several segments");
+
+    // verify: OK with the counts.
+    let ok = updown_ok(&["journal", "verify", "--data-dir", d]);
+    assert!(ok.starts_with(&format!("OK: {total} records")), "{ok}");
+    let v = json_one(&updown_ok(&[
+        "journal",
+        "verify",
+        "--data-dir",
+        d,
+        "--json",
+    ]));
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["last_seq"], total);
+    assert_eq!(v["segments"], segment_files(&journal_dir).len());
+
+    // dump --json: every record, in order, with the full command and the
+    // replayed result.
+    let lines = json_lines(&updown_ok(&["journal", "dump", "--data-dir", d, "--json"]));
+    assert_eq!(lines.len() as u64, total);
+    for (i, (line, stamped)) in lines.iter().zip(&run.stamped).enumerate() {
+        assert_eq!(line["seq"], i as u64 + 1);
+        assert_eq!(line["ts_ms"], stamped.ts_ms);
+        assert_eq!(line["kind"], Cmd::kind_name(stamped.command.kind()));
+        assert_eq!(line["command"]["type"], line["kind"]);
+        assert!(line["result"]["status"].is_string(), "{line}");
+    }
+    let placed = lines
+        .iter()
+        .find(|l| l["kind"] == "place_order" && l["result"]["created"] == true)
+        .unwrap();
+    assert!(placed["context"]["market_ticker"].is_string(), "{placed}");
+    assert!(
+        placed["result"]["order"]["order_id"].is_string(),
+        "{placed}"
+    );
+    // Raw mode decodes the same commands without the state.
+    let raw = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        d,
+        "--json",
+        "--raw",
+    ]));
+    assert_eq!(raw.len(), lines.len());
+    assert_eq!(raw[100]["command"], lines[100]["command"]);
+    assert!(raw[100].get("result").is_none());
+
+    // The readable form: one line per record, ids resolved.
+    let text = updown_ok(&["journal", "dump", "--data-dir", d]);
+    assert_eq!(text.lines().count() as u64, total);
+    let order_line = text
+        .lines()
+        .find(|l| l.contains(" place_order ") && l.contains("=> order"))
+        .expect("a placed order");
+    assert!(
+        order_line.contains("key=") && order_line.contains("market="),
+        "{order_line}"
+    );
+    assert!(order_line.contains("Z "), "ISO time: {order_line}");
+
+    // Selections: kind + account against what the live run saw.
+    let found = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        d,
+        "--json",
+        "--kind",
+        "place_order",
+        "--account",
+        "3",
+    ]));
+    assert_eq!(found.len() as u64, run.place_orders_of_3);
+    assert!(found.iter().all(|l| l["kind"] == "place_order"));
+    // Seq and time ranges.
+    let (from, to) = (run.stamped[2000].ts_ms, run.stamped[5000].ts_ms);
+    let in_time = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        d,
+        "--json",
+        "--raw",
+        "--from-time",
+        &from.to_string(),
+        "--to-time",
+        &to.to_string(),
+    ]));
+    let expected = run
+        .stamped
+        .iter()
+        .filter(|s| (from..=to).contains(&s.ts_ms))
+        .count();
+    assert_eq!(in_time.len(), expected);
+    let iso_from = in_time[0]["time"].as_str().unwrap().to_string();
+    let same = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        d,
+        "--json",
+        "--raw",
+        "--from-time",
+        &iso_from,
+        "--to-time",
+        &to.to_string(),
+    ]));
+    assert_eq!(same.len(), expected, "RFC 3339 times select the same");
+    let ranged = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        d,
+        "--json",
+        "--from-seq",
+        "9000",
+        "--to-seq",
+        "9009",
+    ]));
+    assert_eq!(
+        ranged
+            .iter()
+            .map(|l| l["seq"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        (9000..=9009).collect::<Vec<_>>()
+    );
+    // An order id: its placement comes first, every record names it.
+    let order_id = placed["result"]["order"]["order_id"].as_str().unwrap();
+    let about = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        d,
+        "--json",
+        "--events",
+        "--order-id",
+        order_id,
+    ]));
+    assert_eq!(about[0]["seq"], placed["seq"]);
+    assert!(about.iter().all(|l| l
+        .to_string()
+        .contains(&format!("\"order_id\":\"{order_id}\""))
+        || l["command"]["order_id"] == order_id.parse::<u64>().unwrap()));
+    // A market: every record names it in its command, context or events.
+    let ticker = placed["context"]["market_ticker"].as_str().unwrap();
+    let in_market = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        d,
+        "--json",
+        "--events",
+        "--market",
+        ticker,
+    ]));
+    assert!(in_market.len() > 1);
+    assert!(in_market.iter().all(|l| l.to_string().contains(ticker)));
+    // A key (by index) and a client order id.
+    let key = placed["command"]["key"].as_u64().unwrap().to_string();
+    let cid = placed["command"]["client_order_id"].as_str().unwrap();
+    let by_key = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        d,
+        "--json",
+        "--key",
+        &key,
+        "--client-order-id",
+        cid,
+    ]));
+    assert!(by_key.iter().any(|l| l["seq"] == placed["seq"]));
+    let key_id = placed["context"]["key_id"].as_str().unwrap();
+    let by_key_id = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        d,
+        "--json",
+        "--key",
+        key_id,
+        "--client-order-id",
+        cid,
+    ]));
+    assert_eq!(by_key, by_key_id);
+    // Refusals: unknown kinds, state selections in raw mode, find without selection.
+    for (args, message) in [
+        (
+            vec!["journal", "dump", "--data-dir", d, "--kind", "nope"],
+            "unknown kind",
+        ),
+        (
+            vec![
+                "journal",
+                "dump",
+                "--data-dir",
+                d,
+                "--raw",
+                "--account",
+                "1",
+            ],
+            "drop --raw",
+        ),
+        (
+            vec!["journal", "find", "--data-dir", d],
+            "find needs a selection",
+        ),
+        (
+            vec![
+                "replay",
+                "--data-dir",
+                d,
+                "--until-seq",
+                &(total + 5).to_string(),
+            ],
+            "ends at seq",
+        ),
+        (
+            vec!["replay", "--data-dir", d, "--book", "no-such-market"],
+            "no market",
+        ),
+    ] {
+        let (ok, _, err) = updown(&args);
+        assert!(!ok && err.contains(message), "{args:?}: {err}");
+    }
+
+    // stats: counts per kind add up; segments are listed.
+    let stats = json_one(&updown_ok(&["journal", "stats", "--data-dir", d, "--json"]));
+    assert_eq!(stats["records"], total);
+    assert_eq!(stats["first_seq"], 1);
+    assert_eq!(stats["last_seq"], total);
+    let mut kinds: BTreeMap<&str, u64> = BTreeMap::new();
+    for s in &run.stamped {
+        *kinds.entry(Cmd::kind_name(s.command.kind())).or_default() += 1;
+    }
+    for (k, n) in &kinds {
+        assert_eq!(stats["kinds"][*k], *n, "{k}");
+    }
+    let bucketed: u64 = stats["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["commands"].as_u64().unwrap())
+        .sum();
+    assert_eq!(bucketed, total);
+    assert_eq!(
+        stats["segments"].as_array().unwrap().len(),
+        segment_files(&journal_dir).len()
+    );
+    assert!(stats["markets"].as_object().unwrap().len() > 3);
+    let text = updown_ok(&["journal", "stats", "--data-dir", d]);
+    assert!(text.contains("by kind:") && text.contains("place_order") && text.contains(".seg"));
+
+    // replay --until-seq N is the live state at N: hashes, book, account.
+    for (&seq, c) in &run.checkpoints {
+        let s = seq.to_string();
+        let summary = json_one(&updown_ok(&[
+            "replay",
+            "--data-dir",
+            d,
+            "--until-seq",
+            &s,
+            "--json",
+        ]));
+        assert_eq!(summary["seq"], seq);
+        assert_eq!(summary["state_hash"], hex(c.state_hash), "seq {seq}");
+        assert_eq!(summary["event_hash"], hex(c.event_hash), "seq {seq}");
+        if seq >= run.snapshot_seq {
+            assert_eq!(summary["from_snapshot"], run.snapshot_seq, "seq {seq}");
+        } else {
+            assert!(summary["from_snapshot"].is_null());
+        }
+        let mut args = vec!["replay", "--data-dir", d, "--until-seq", &s];
+        if let Some((ticker, _)) = &c.book {
+            args.extend(["--book", ticker.as_str()]);
+        }
+        let id = c.account.as_ref().map(|a| a.0.to_string());
+        if let Some(id) = &id {
+            args.extend(["--account", id.as_str()]);
+        }
+        let exports = json_lines(&updown_ok(&args));
+        let mut exports = exports.iter();
+        if let Some((_, book)) = &c.book {
+            assert_eq!(exports.next().unwrap(), book, "book at seq {seq}");
+        }
+        if let Some((_, balance, positions, orders, fills)) = &c.account {
+            let a = exports.next().unwrap();
+            assert_eq!(a["balance"], balance["balance"], "seq {seq}");
+            assert_eq!(&a["positions"], positions, "seq {seq}");
+            // REST pages hold the newest; the export holds them all.
+            let n = orders.as_array().unwrap().len();
+            assert_eq!(
+                a["orders"].as_array().unwrap()[..n],
+                orders.as_array().unwrap()[..]
+            );
+            let n = fills.as_array().unwrap().len();
+            assert_eq!(
+                a["fills"].as_array().unwrap()[..n],
+                fills.as_array().unwrap()[..]
+            );
+        }
+        if c.time_unique {
+            let at_time = json_one(&updown_ok(&[
+                "replay",
+                "--data-dir",
+                d,
+                "--until-time",
+                &c.ts_ms.to_string(),
+                "--json",
+            ]));
+            assert_eq!(at_time["seq"], seq);
+            assert_eq!(at_time["state_hash"], hex(c.state_hash));
+        }
+    }
+    // Without snapshots, the same answer.
+    let (&seq, c) = run.checkpoints.iter().last().unwrap();
+    let summary = json_one(&updown_ok(&[
+        "replay",
+        "--data-dir",
+        d,
+        "--no-snapshots",
+        "--until-seq",
+        &seq.to_string(),
+        "--json",
+    ]));
+    assert!(summary["from_snapshot"].is_null());
+    assert_eq!(summary["state_hash"], hex(c.state_hash));
+    let text = updown_ok(&["replay", "--data-dir", d]);
+    assert!(text.contains(&format!("state as of seq {total}")), "{text}");
+    assert!(text.contains(&hex(c.state_hash)), "{text}");
+    // --market: its record, book and trades.
+    let ticker = c.book.as_ref().unwrap().0.clone();
+    let market = json_one(&updown_ok(&[
+        "replay",
+        "--data-dir",
+        d,
+        "--market",
+        &ticker,
+    ]));
+    assert_eq!(market["market"]["ticker"], ticker.as_str());
+    assert_eq!(market["orderbook"], c.book.as_ref().unwrap().1["orderbook"]);
+
+    // snapshot: written offline, then used by replay.
+    let target = *run.checkpoints.keys().rev().nth(1).unwrap();
+    let out = updown_ok(&[
+        "snapshot",
+        "--data-dir",
+        d,
+        "--until-seq",
+        &target.to_string(),
+    ]);
+    let path = data.join("snapshots").join(snapshot::file_name(target));
+    assert!(
+        out.contains(p(&path)) && out.contains(&format!("at seq {target}")),
+        "{out}"
+    );
+    let loaded = snapshot::load(&path).unwrap();
+    assert_eq!(loaded.state_hash(), run.checkpoints[&target].state_hash);
+    let summary = json_one(&updown_ok(&[
+        "replay",
+        "--data-dir",
+        d,
+        "--until-seq",
+        &target.to_string(),
+        "--json",
+    ]));
+    assert_eq!(summary["from_snapshot"], target);
+
+    // tail -n: the last records; tail -f: the ones the node writes next.
+    let tail = json_lines(&updown_ok(&[
+        "journal",
+        "tail",
+        "-n",
+        "3",
+        "--data-dir",
+        d,
+        "--json",
+    ]));
+    assert_eq!(
+        tail.iter()
+            .map(|l| l["seq"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![total - 2, total - 1, total]
+    );
+    let tail = updown_ok(&[
+        "journal",
+        "tail",
+        "-n",
+        "2",
+        "--data-dir",
+        d,
+        "--kind",
+        "place_order",
+    ]);
+    assert_eq!(tail.lines().count(), 2);
+    assert!(tail.lines().all(|l| l.contains(" place_order ")));
+    let mut follower = Killed(
+        Command::new(BIN)
+            .args([
+                "journal",
+                "tail",
+                "-f",
+                "-n",
+                "1",
+                "--json",
+                "--poll-ms",
+                "20",
+                "--data-dir",
+                d,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let lines = read_lines(&mut follower.0, 1);
+    assert_eq!(lines[0]["seq"], total);
+    let node = run.node.as_mut().unwrap();
+    for i in 0..5u64 {
+        node.submit(SIM_T0 + 10_000_000 + i, Cmd::CreateAccount)
+            .unwrap();
+    }
+    node.commit().unwrap();
+    let lines = read_lines(&mut follower.0, 5);
+    drop(follower);
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["seq"], total + 1 + i as u64);
+        assert_eq!(line["kind"], "create_account");
+        assert_eq!(line["result"]["status"], "account_created");
+    }
+    drop(run.node.take());
+
+    // compare: a journal with itself, and with one that differs at a seq.
+    let same = updown_ok(&["replay", "--data-dir", d, "--compare", d]);
+    assert!(same.starts_with("IDENTICAL"), "{same}");
+    let other = tempfile::tempdir().unwrap();
+    let diverge_at = 6001u64;
+    {
+        let (mut copy, _) = Node::open(node_config(other.path()), SIM_T0).unwrap();
+        for s in run.stamped.iter().skip(1) {
+            if s.seq == diverge_at {
+                copy.submit(
+                    s.ts_ms,
+                    Cmd::Deposit {
+                        account: 1,
+                        cents: 1,
+                    },
+                )
+                .unwrap();
+            }
+            copy.submit(s.ts_ms, s.command.clone()).unwrap();
+            copy.drain_events();
+        }
+        copy.commit().unwrap();
+    }
+    let (ok, out, err) = updown(&["replay", "--data-dir", d, "--compare", p(other.path())]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!("first difference at seq {diverge_at}")),
+        "{out}"
+    );
+    assert!(out.contains("deposit"), "{out}");
+    assert!(
+        err.contains(&format!("differ at seq {diverge_at}")),
+        "{err}"
+    );
+
+    // A damaged journal: verify names the segment and offset and fails;
+    // dump prints what comes before and stops with the same place.
+    let broken = tempfile::tempdir().unwrap();
+    copy_dir(&data, broken.path());
+    let bad_seq = 3000;
+    let (segment, offset) = damage(broken.path(), bad_seq);
+    let b = p(broken.path());
+    let (ok, out, err) = updown(&["journal", "verify", "--data-dir", b]);
+    assert!(!ok);
+    assert!(
+        out.contains(&segment) && out.contains(&format!("byte offset {offset}")),
+        "{out}"
+    );
+    assert!(err.contains(&segment), "{err}");
+    let (ok, out, err) = updown(&["journal", "dump", "--data-dir", b, "--json"]);
+    assert!(!ok);
+    assert_eq!(json_lines(&out).len() as u64, bad_seq - 1);
+    assert!(
+        err.contains(&segment) && err.contains(&format!("byte offset {offset}")),
+        "{err}"
+    );
+    let (ok, _, err) = updown(&["replay", "--data-dir", b, "--no-snapshots"]);
+    assert!(!ok && err.contains(&segment), "{err}");
+}
+
+/// A child process killed when dropped (also when a test fails).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Reads `n` JSON lines from a child's stdout, failing after 20 s.
+fn read_lines(child: &mut Child, n: usize) -> Vec<Value> {
+    let stdout = child.stdout.as_mut().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut lines = Vec::new();
+    let mut current = Vec::new();
+    let mut byte = [0u8; 1];
+    while lines.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "tail -f printed {} lines",
+            lines.len()
+        );
+        if stdout.read(&mut byte).unwrap() == 0 {
+            panic!("tail -f ended");
+        }
+        if byte[0] == b'\n' {
+            lines.push(serde_json::from_slice(&current).unwrap());
+            current.clear();
+        } else {
+            current.push(byte[0]);
+        }
+    }
+    lines
+}
+
+// ---- a real server ----
+
+struct Serve {
+    child: Child,
+    addr: String,
+    key: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(dir: &Path) -> Serve {
+    let port = free_port();
+    let admin_port = free_port();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--demo", "--data-dir", p(dir)])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
+        .env("UPDOWN_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // Owned by the guard at once, so a failing test does not leave it running.
+    let mut serve = Serve {
+        child,
+        addr: format!("127.0.0.1:{port}"),
+        key: String::new(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while serve.key.is_empty() {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("serve prints a demo key");
+        if let Some(pos) = line.find("tk_test_") {
+            serve.key = line[pos..].split_whitespace().next().unwrap().to_string();
+        }
+    }
+    serve
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn http(addr: &str, method: &str, path: &str, key: &str, body: Option<&str>) -> (u16, Value) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let body = body.unwrap_or("");
+    write!(
+        stream,
+        "{method} /v1{path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let json = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .and_then(|b| serde_json::from_str(b).ok())
+        .unwrap_or(Value::Null);
+    (status, json)
+}
+
+fn sigterm(child: &mut Child) {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success());
+            return;
+        }
+        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn admin_json(dir: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["admin", "--data-dir", p(dir), "--json"];
+    all.extend_from_slice(args);
+    serde_json::from_str(&updown_ok(&all)).unwrap()
+}
+
+/// What the REST API answered right after one command.
+struct Seen {
+    client_order_id: String,
+    book: Value,
+    balance: Value,
+    positions: Value,
+    orders: Value,
+    fills: Value,
+}
+
+fn look(s: &Serve, key: &str, ticker: &str, client_order_id: &str) -> Seen {
+    let get = |path: &str| {
+        let (status, v) = http(&s.addr, "GET", path, key, None);
+        assert_eq!(status, 200, "{path}: {v}");
+        v
+    };
+    Seen {
+        client_order_id: client_order_id.into(),
+        book: get(&format!("/markets/{ticker}/orderbook")),
+        balance: get("/portfolio/balance"),
+        positions: get("/portfolio/positions"),
+        orders: get("/portfolio/orders"),
+        fills: get("/portfolio/fills"),
+    }
+}
+
+#[test]
+fn a_real_server_run_replays_to_what_rest_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = p(dir.path());
+    let server = serve(dir.path());
+    let mut server = server;
+    let a_key = server.key.clone();
+    let demo: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("demo-account.json")).unwrap(),
+    )
+    .unwrap();
+    let a_id = demo["account_id"].as_u64().unwrap();
+    let created = admin_json(dir.path(), &["account", "create", "--cash", "1000"]);
+    let b_id = created["account_id"].as_u64().unwrap().to_string();
+    admin_json(dir.path(), &["account", "accept-terms", &b_id]);
+    admin_json(dir.path(), &["account", "allow-trading", &b_id]);
+    let issued = admin_json(
+        dir.path(),
+        &["key", "issue", "--account", &b_id, "--scopes", "read,trade"],
+    );
+    let b_key = issued["key"].as_str().unwrap().to_string();
+
+    // An open hourly window with two minutes left (just after start-up the
+    // window may not be open yet; near its close, wait for the next one).
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let ticker = loop {
+        assert!(Instant::now() < deadline, "no open aapl-60m window");
+        let (_, markets) = http(
+            &server.addr,
+            "GET",
+            "/markets?series_ticker=aapl-60m&status=open",
+            &a_key,
+            None,
+        );
+        let m = &markets["markets"][0];
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        if m["close_ts_ms"]
+            .as_u64()
+            .is_some_and(|close| close > now + 120_000)
+        {
+            break m["ticker"].as_str().unwrap().to_string();
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let order = |key: &str, outcome: &str, price: &str, count: u32, cid: &str| {
+        let body = format!(
+            r#"{{"market_ticker":"{ticker}","outcome":"{outcome}","action":"buy","price":"{price}","count":"{count}","client_order_id":"{cid}"}}"#
+        );
+        let (status, placed) = http(&server.addr, "POST", "/portfolio/orders", key, Some(&body));
+        assert_eq!(status, 201, "{placed}");
+        placed
+    };
+    let mut seen = Vec::new();
+    order(&a_key, "up", "0.55", 10, "a-1");
+    seen.push(look(&server, &a_key, &ticker, "a-1"));
+    order(&a_key, "up", "0.50", 3, "a-2");
+    seen.push(look(&server, &a_key, &ticker, "a-2"));
+    let crossed = order(&b_key, "down", "0.45", 4, "b-1");
+    assert_eq!(crossed["order"]["fill_count"], "4", "{crossed}");
+    seen.push(look(&server, &a_key, &ticker, "b-1"));
+
+    // Read the live journal while the server writes it.
+    let live = updown_ok(&["journal", "verify", "--data-dir", d]);
+    assert!(live.starts_with("OK"), "{live}");
+    let placed = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        d,
+        "--json",
+        "--kind",
+        "place_order",
+    ]));
+    assert_eq!(placed.len(), 3);
+    let mut seq_of = BTreeMap::new();
+    for line in &placed {
+        assert_eq!(line["context"]["market_ticker"], ticker.as_str());
+        seq_of.insert(
+            line["command"]["client_order_id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+            line["seq"].as_u64().unwrap(),
+        );
+    }
+    let text = updown_ok(&["journal", "tail", "-n", "5", "--data-dir", d]);
+    assert_eq!(text.lines().count(), 5);
+    sigterm(&mut server.child);
+
+    // Each moment, rebuilt, answers what REST answered then.
+    for s in &seen {
+        let seq = seq_of[&s.client_order_id].to_string();
+        let exports = json_lines(&updown_ok(&[
+            "replay",
+            "--data-dir",
+            d,
+            "--until-seq",
+            &seq,
+            "--book",
+            &ticker,
+            "--account",
+            &a_id.to_string(),
+        ]));
+        assert_eq!(exports[0], s.book, "book after {}", s.client_order_id);
+        let account = &exports[1];
+        assert_eq!(
+            account["balance"], s.balance["balance"],
+            "after {}",
+            s.client_order_id
+        );
+        assert_eq!(account["positions"], s.positions["positions"]);
+        assert_eq!(account["orders"], s.orders["orders"]);
+        assert_eq!(account["fills"], s.fills["fills"]);
+    }
+    // The readable dump names the accounts' orders with their market.
+    let text = updown_ok(&["journal", "dump", "--data-dir", d, "--kind", "place_order"]);
+    assert!(
+        text.contains(&format!("market={ticker} buy up 0.55 x10 gtc id=a-1")),
+        "{text}"
+    );
+    assert!(text.contains("filled 4/4"), "{text}");
+    let by_account = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        d,
+        "--json",
+        "--kind",
+        "place_order",
+        "--account",
+        &a_id.to_string(),
+    ]));
+    assert_eq!(
+        by_account.len(),
+        3,
+        "B's order filled A's: it concerns A too"
+    );
+    let stats = json_one(&updown_ok(&["journal", "stats", "--data-dir", d, "--json"]));
+    assert_eq!(stats["kinds"]["place_order"], 3);
+    assert_eq!(stats["markets"][&ticker]["trades"], 1);
+    let shot = updown_ok(&[
+        "snapshot",
+        "--data-dir",
+        d,
+        "--until-seq",
+        &seq_of["a-2"].to_string(),
+    ]);
+    assert!(
+        shot.contains(&format!("at seq {}", seq_of["a-2"])),
+        "{shot}"
+    );
+
+    // Damage the journal of the stopped server.
+    let (segment, offset) = damage(dir.path(), seq_of["a-2"]);
+    let (ok, out, _) = updown(&["journal", "verify", "--data-dir", d]);
+    assert!(
+        !ok && out.contains(&segment) && out.contains(&format!("byte offset {offset}")),
+        "{out}"
+    );
+    let (ok, out, err) = updown(&["journal", "dump", "--data-dir", d, "--raw"]);
+    assert!(!ok);
+    assert_eq!(out.lines().count() as u64, seq_of["a-2"] - 1);
+    assert!(
+        err.contains(&segment) && err.contains(&format!("byte offset {offset}")),
+        "{err}"
+    );
+}
