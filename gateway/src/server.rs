@@ -139,6 +139,12 @@ impl Server {
                 .map_or(String::new(), |s| format!(" after snapshot {s}")),
         );
         tracing::info!("{open_report}");
+        for stale in &report.stale_snapshots {
+            tracing::warn!(
+                "set aside a snapshot past the end of the cut journal: {}",
+                stale.display()
+            );
+        }
         for skipped in &report.skipped_snapshots {
             tracing::warn!("skipped a damaged snapshot: {skipped}");
         }

@@ -33,6 +33,17 @@ pub enum NodeError {
     Snapshot(#[from] snapshot::SnapshotError),
     #[error("the journal failed earlier ({0}); the node accepts no more commands")]
     Stopped(String),
+    #[error(
+        "snapshot {} holds seq {seq} but the journal ends at seq {journal_end}: acknowledged commands are missing \
+         from the journal (a lost segment or tail); refusing to start. Start with truncation allowed to continue \
+         from the journal as it is (the snapshots past its end are set aside as .stale)",
+        path.display()
+    )]
+    SnapshotAhead {
+        path: PathBuf,
+        seq: u64,
+        journal_end: u64,
+    },
 }
 
 /// What opening found.
@@ -42,6 +53,41 @@ pub struct OpenReport {
     pub from_snapshot: Option<u64>,
     pub replayed: u64,
     pub skipped_snapshots: Vec<String>,
+    /// Snapshots past the end of a journal that was cut back, renamed to
+    /// `.stale` so they are never used again.
+    pub stale_snapshots: Vec<PathBuf>,
+}
+
+/// Snapshots are written only after the journal is synced, so one past the
+/// journal's end proves that acknowledged commands were lost from the
+/// journal. Refuse, or (when truncation is allowed) set them aside.
+fn snapshots_past(
+    dir: &std::path::Path,
+    journal_end: u64,
+    truncate: bool,
+) -> Result<Vec<PathBuf>, NodeError> {
+    let mut set_aside = Vec::new();
+    for (seq, path) in snapshot::list(dir)
+        .into_iter()
+        .filter(|(seq, _)| *seq > journal_end)
+    {
+        if !truncate {
+            return Err(NodeError::SnapshotAhead {
+                path,
+                seq,
+                journal_end,
+            });
+        }
+        let stale = path.with_extension("snap.stale");
+        std::fs::rename(&path, &stale).map_err(|source| {
+            NodeError::Snapshot(snapshot::SnapshotError::Io {
+                path: path.clone(),
+                source,
+            })
+        })?;
+        set_aside.push(stale);
+    }
+    Ok(set_aside)
 }
 
 /// The state and its journal, driven by one thread.
@@ -60,11 +106,16 @@ impl Node {
     /// venue configuration as its first command at `now_ms`.
     pub fn open(config: NodeConfig, now_ms: u64) -> Result<(Node, OpenReport), NodeError> {
         let journal_dir = config.journal.dir.clone();
+        let truncate = config.journal.truncate_on_corruption;
         let (journal, recovery) = Journal::open(config.journal)?;
         // A snapshot past the journal's end (the journal was cut back after
         // damage) describes commands that are no longer recorded: never
         // start from one.
         let journal_end = recovery.last_seq.unwrap_or(0);
+        let set_aside = match &config.snapshot_dir {
+            Some(dir) => snapshots_past(dir, journal_end, truncate)?,
+            None => Vec::new(),
+        };
         let outcome = replay(
             &journal_dir,
             config.snapshot_dir.as_deref(),
@@ -75,6 +126,7 @@ impl Node {
             from_snapshot: outcome.from_snapshot,
             replayed: outcome.applied,
             skipped_snapshots: outcome.skipped_snapshots,
+            stale_snapshots: set_aside,
         };
         let mut node = Node {
             state: outcome.state,
