@@ -453,7 +453,7 @@ mod tests {
                 Outcome::Down
             };
             let price = 1 + ((x >> 20) % 99) as u8;
-            if (x >> 40) % 3 == 0 && !nodes.is_empty() {
+            if (x >> 40).is_multiple_of(3) && !nodes.is_empty() {
                 let (o, p, n) = nodes.swap_remove(((x >> 8) as usize) % nodes.len());
                 book.remove(o, p, n);
             } else {
