@@ -27,6 +27,8 @@ pub enum SnapshotError {
     },
     #[error("snapshot {path} is damaged: {reason}")]
     Damaged { path: PathBuf, reason: String },
+    #[error("snapshot at seq {seq} could not be encoded: {reason}")]
+    Encode { seq: u64, reason: String },
 }
 
 /// The file name of the snapshot as of `seq`.
@@ -41,7 +43,30 @@ pub fn write(dir: &Path, state: &State) -> Result<PathBuf, SnapshotError> {
         move |source| SnapshotError::Io { path, source }
     };
     fs::create_dir_all(dir).map_err(io(dir))?;
-    let payload = rkyv::to_bytes::<RkyvError>(state).expect("encoding into memory cannot fail");
+    // rkyv's 32-bit relative pointers cap an archive at 2 GiB, and going
+    // past the cap panics inside the encoder; a snapshot that cannot be
+    // written must be an error for the caller, never the end of the
+    // sequencer thread.
+    let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rkyv::to_bytes::<RkyvError>(state)
+    }));
+    let payload = match encoded {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) => {
+            return Err(SnapshotError::Encode {
+                seq: state.last_seq,
+                reason: e.to_string(),
+            })
+        }
+        Err(_) => {
+            return Err(SnapshotError::Encode {
+                seq: state.last_seq,
+                reason:
+                    "the state is too large for one snapshot (the archive format's 2 GiB limit)"
+                        .into(),
+            })
+        }
+    };
     let mut header = [0u8; HEADER_LEN];
     header[..8].copy_from_slice(MAGIC);
     header[8..12].copy_from_slice(&VERSION.to_le_bytes());
