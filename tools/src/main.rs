@@ -6,10 +6,13 @@
 //!   finding the server and its token from the data directory.
 //! - `updown journal|replay|snapshot` are the auditor's tools: read the
 //!   journal, rebuild the venue as of any seq or time, snapshot offline.
+//! - `updown loadgen` drives a running venue at a fixed arrival rate and
+//!   reports latency percentiles (see `loadgen.rs`).
 
 mod admin;
 mod describe;
 mod journal_cmd;
+mod loadgen;
 mod replay_cmd;
 mod scan;
 mod timefmt;
@@ -45,6 +48,8 @@ enum Top {
     Replay(replay_cmd::ReplayArgs),
     /// Write a snapshot from the journal, offline.
     Snapshot(replay_cmd::SnapshotArgs),
+    /// Drive a running venue with open-loop traffic and report latency.
+    Loadgen(loadgen::LoadgenArgs),
 }
 
 #[derive(clap::Args)]
@@ -81,6 +86,7 @@ fn main() {
         Top::Journal(args) => journal_cmd::run(args),
         Top::Replay(args) => replay_cmd::run(args),
         Top::Snapshot(args) => replay_cmd::snapshot_cmd(args),
+        Top::Loadgen(args) => loadgen::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -1,0 +1,218 @@
+//! `updown loadgen` against a real `updown serve` child: a few seconds at a
+//! low rate. Every scheduled request is sent on time and succeeds, the
+//! `.hgrm` and SVG files are written, and the websocket subscribers receive
+//! book deltas.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_updown");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `updown serve` in a child on free ports; returns it and its REST address
+/// once it prints its banner.
+fn serve(dir: &Path) -> (Child, String) {
+    let (port, admin_port) = (free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .args(["serve", "--data-dir"])
+        .arg(dir)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin_port}"),
+        ])
+        .env("UPDOWN_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start updown serve");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("serve prints its banner");
+        if line.contains("listening on") {
+            break;
+        }
+    }
+    (child, format!("127.0.0.1:{port}"))
+}
+
+fn stop(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn loadgen(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(BIN)
+        .arg("loadgen")
+        .args(args)
+        .output()
+        .expect("run updown loadgen");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into(),
+        String::from_utf8_lossy(&output.stderr).into(),
+    )
+}
+
+#[test]
+fn loadgen_sends_on_schedule_and_every_request_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (mut server, addr) = serve(&data);
+    let target = format!("http://{addr}");
+    let hgrm = dir.path().join("run.hgrm");
+    let plot = dir.path().join("run.svg");
+    let data_text = data.to_str().unwrap();
+
+    // Too few accounts for the rate: refused before anything is created.
+    let (ok, _, err) = loadgen(&[
+        "--target",
+        &target,
+        "--data-dir",
+        data_text,
+        "--accounts",
+        "2",
+        "--rate",
+        "100",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("--accounts 10 or more"), "{err}");
+
+    let (rate, duration) = (40.0, 4.0);
+    let started = Instant::now();
+    let (ok, out, err) = loadgen(&[
+        "--target",
+        &target,
+        "--data-dir",
+        data_text,
+        "--accounts",
+        "8",
+        "--rate",
+        &rate.to_string(),
+        "--duration",
+        &duration.to_string(),
+        "--ws-subscribers",
+        "3",
+        "--connections",
+        "4",
+        "--interval",
+        "1",
+        "--watch-pid",
+        &server.id().to_string(),
+        "--hgrm",
+        hgrm.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+        "--json",
+    ]);
+    let wall = started.elapsed();
+    stop(&mut server);
+    assert!(ok, "loadgen failed: {err}\n{out}");
+    let result: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let expected = (rate * duration) as u64;
+    let n = |field: &str| {
+        result[field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{field}: {result}"))
+    };
+
+    // On schedule: every scheduled request was sent, within the duration
+    // (plus the answer time of the last one), not faster and not slower.
+    assert_eq!(n("scheduled"), expected);
+    assert_eq!(n("sent"), expected, "{result}");
+    assert_eq!(n("completed"), expected, "{result}");
+    assert_eq!(n("unfinished"), 0);
+    assert_eq!(n("skipped_no_market"), 0);
+    let elapsed = result["elapsed_s"].as_f64().unwrap();
+    assert!(
+        elapsed >= duration - 0.05 && elapsed < duration + 2.0,
+        "the schedule took {elapsed} s for {duration} s ({wall:?} in all)"
+    );
+    let achieved = result["achieved_rate"].as_f64().unwrap();
+    assert!(
+        (achieved - rate).abs() <= rate * 0.25,
+        "achieved {achieved}/s for {rate}/s"
+    );
+
+    // Every request succeeded (201 for orders, 200 for cancels).
+    assert_eq!(n("errors"), 0, "{}", result["errors_by_kind"]);
+    assert_eq!(n("ok"), expected);
+    let by_kind = &result["ok_by_kind"];
+    assert!(by_kind["order_resting"].as_u64().unwrap() > 0, "{by_kind}");
+    assert!(by_kind["order_crossing"].as_u64().unwrap() > 0, "{by_kind}");
+    assert!(by_kind["cancel"].as_u64().unwrap() > 0, "{by_kind}");
+    assert_eq!(result["latency"]["all"]["count"].as_u64(), Some(expected));
+    let p50 = result["latency"]["all"]["p50_us"].as_u64().unwrap();
+    let max = result["latency"]["all"]["max_us"].as_u64().unwrap();
+    assert!(p50 > 0 && p50 <= max, "{}", result["latency"]);
+
+    // Per-interval records, with the server's memory.
+    let intervals = result["intervals"].as_array().unwrap();
+    assert!(intervals.len() >= duration as usize, "{intervals:?}");
+    let counted: u64 = intervals
+        .iter()
+        .map(|i| i["ok"].as_u64().unwrap() + i["errors"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, expected);
+    assert!(
+        intervals[0]["rss_kb"].as_u64().unwrap() > 0,
+        "{intervals:?}"
+    );
+
+    // Files written: wrk2's .hgrm text and an SVG plot.
+    let text = std::fs::read_to_string(&hgrm).unwrap();
+    assert!(text.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)"));
+    assert!(
+        text.contains(&format!("Total count    = {expected:>12}]")),
+        "{text}"
+    );
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("<path d=\"M"),
+        "{svg}"
+    );
+
+    // The websocket subscribers got their books and deltas.
+    let ws = &result["ws"];
+    assert_eq!(ws["connected"].as_u64(), Some(3), "{ws}");
+    assert_eq!(ws["errors"].as_array().map(Vec::len), Some(0), "{ws}");
+    assert!(
+        ws["messages"]["orderbook_snapshot"].as_u64().unwrap_or(0) > 0,
+        "{ws}"
+    );
+    assert!(
+        ws["messages"]["orderbook_delta"].as_u64().unwrap_or(0) > 0,
+        "{ws}"
+    );
+    assert_eq!(ws["gaps"].as_u64(), Some(0), "{ws}");
+}
