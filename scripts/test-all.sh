@@ -18,3 +18,11 @@ echo "== tests"
 # The test profile is optimised (opt-level 1) so the seeded simulations run
 # their 100,000 commands per seed in seconds.
 cargo test --workspace --locked
+
+echo "== bad input: schemathesis against the served OpenAPI document"
+# At least 1,000 requests; no 5xx, nothing outside the documented responses.
+bash scripts/schemathesis.sh
+
+echo "== bad input: fuzz targets"
+# cargo-fuzz on stable (RUSTC_BOOTSTRAP=1), 30 s per target; no crash.
+bash scripts/fuzz.sh
