@@ -933,6 +933,16 @@ fn print_tables(config: &WsConfig, r: &WsReport, out: &mut dyn Write) -> std::io
                 if p99 <= AIM_P99_NS { "yes" } else { "**no**" }
             )?;
         }
+        if let Some(h) = r.latency(Side::Bare, n) {
+            let p99 = h.value_at_quantile(0.99);
+            writeln!(
+                out,
+                "| (reference) bare p99 at most 5 ms, {n} subscribers, {} events/s | {} | {} |",
+                config.rate,
+                time(p99),
+                if p99 <= AIM_P99_NS { "yes" } else { "no" }
+            )?;
+        }
     }
     Ok(())
 }
