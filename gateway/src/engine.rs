@@ -8,8 +8,8 @@
 //! 4. it stamps, journals and applies each write through `replay::Node`,
 //!    and answers each read from the state at its place in the batch;
 //! 5. it commits the journal once for the batch (group commit);
-//! 6. only then it sends the answers, and hands the batch's events to the
-//!    publisher.
+//! 6. only then it hands the batch's events to the publisher and sends the
+//!    answers.
 //!
 //! A failed journal write stops the node: every later write answers 503.
 
@@ -298,12 +298,15 @@ fn run(
         if let Err(e) = &committed {
             tracing::error!(error = %e, "journal commit failed; refusing writes from now on");
         }
-        for pending in answers.drain(..) {
-            pending.send(committed.is_ok());
-        }
+        // The publisher gets the batch before its callers get their answers,
+        // so a client that subscribes right after its answer sees its own
+        // change in the snapshot.
         if !this.node.events().is_empty() {
             events(this.node.state(), this.node.events());
             this.node.drain_events();
+        }
+        for pending in answers.drain(..) {
+            pending.send(committed.is_ok());
         }
         this.metrics.record_batch(
             jobs as u64,
