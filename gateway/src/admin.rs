@@ -308,10 +308,7 @@ async fn show(admin: &Admin, id: &str) -> Response {
             }),
         )
         .await;
-    match answer {
-        Ok((status, body)) => (status, Json(body)).into_response(),
-        Err(e) => e.into_response(),
-    }
+    crate::api::rest::respond(answer)
 }
 
 fn limits_from(map: &Map<String, Value>) -> Result<KeyLimits, ApiError> {
@@ -494,10 +491,7 @@ async fn list_keys(State(admin): Shared, uri: Uri) -> Response {
             }),
         )
         .await;
-    match answer {
-        Ok((status, body)) => (status, Json(body)).into_response(),
-        Err(e) => e.into_response(),
-    }
+    crate::api::rest::respond(answer)
 }
 
 async fn revoke_key(State(admin): Shared, Path(key_id): Path<String>) -> Response {
@@ -595,10 +589,7 @@ async fn series(State(admin): Shared) -> Response {
             }),
         )
         .await;
-    match answer {
-        Ok((status, body)) => (status, Json(body)).into_response(),
-        Err(e) => e.into_response(),
-    }
+    crate::api::rest::respond(answer)
 }
 
 async fn markets(State(admin): Shared, uri: Uri) -> Response {
@@ -628,10 +619,7 @@ async fn markets(State(admin): Shared, uri: Uri) -> Response {
             }),
         )
         .await;
-    match answer {
-        Ok((status, body)) => (status, Json(body)).into_response(),
-        Err(e) => e.into_response(),
-    }
+    crate::api::rest::respond(answer)
 }
 
 /// The operator ingest path for a real feed: one print.

@@ -118,6 +118,13 @@ pub fn market(state: &State, m: &Market) -> Value {
             map.insert("settled_ts_ms".into(), ts.into());
         }
     }
+    insert_top(&mut map, &top);
+    Value::Object(map)
+}
+
+/// Top of book on the Up scale and the last trade price, each only when
+/// there is one: the market record and the websocket `ticker` share it.
+pub fn insert_top(map: &mut Map<String, Value>, top: &sequencer::event::Top) {
     if let Some(bid) = top.up_bid {
         map.insert("up_bid".into(), price(bid).into());
         map.insert("up_bid_size".into(), top.up_bid_size.to_string().into());
@@ -126,10 +133,9 @@ pub fn market(state: &State, m: &Market) -> Value {
         map.insert("up_ask".into(), price(ask).into());
         map.insert("up_ask_size".into(), top.up_ask_size.to_string().into());
     }
-    if let Some(last) = m.last_price {
+    if let Some(last) = top.last_price {
         map.insert("last_price".into(), price(last).into());
     }
-    Value::Object(map)
 }
 
 /// A public trade (the REST trades endpoint and the websocket `trade`).

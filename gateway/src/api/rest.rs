@@ -170,7 +170,8 @@ fn ok(status: StatusCode, body: Value) -> Answer {
     Ok((status, body))
 }
 
-fn respond(answer: Answer) -> Response {
+/// An answer as an HTTP response (the admin API uses it too).
+pub(crate) fn respond(answer: Answer) -> Response {
     match answer {
         Ok((status, body)) => (status, Json(body)).into_response(),
         Err(e) => e.into_response(),

@@ -292,17 +292,7 @@ fn snapshot_msg(m: &MarketMirror) -> Value {
 fn ticker_msg(ticker: &str, top: &Top) -> Value {
     let mut map = Map::new();
     map.insert("market_ticker".into(), ticker.into());
-    if let Some(bid) = top.up_bid {
-        map.insert("up_bid".into(), price(bid).into());
-        map.insert("up_bid_size".into(), top.up_bid_size.to_string().into());
-    }
-    if let Some(ask) = top.up_ask {
-        map.insert("up_ask".into(), price(ask).into());
-        map.insert("up_ask_size".into(), top.up_ask_size.to_string().into());
-    }
-    if let Some(last) = top.last_price {
-        map.insert("last_price".into(), price(last).into());
-    }
+    crate::api::json::insert_top(&mut map, top);
     Value::Object(map)
 }
 
