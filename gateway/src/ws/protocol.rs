@@ -3,7 +3,6 @@
 //! functions only; no socket, no state.
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 
 use sequencer::limits::{WS_SYMBOLS_PER_COMMAND, WS_TICKERS_PER_COMMAND};
 use sequencer::validate::{is_market_ticker, is_series_ticker, is_symbol};
@@ -447,12 +446,70 @@ pub fn error(id: &Value, e: &WsError) -> String {
 /// serialized once for every subscriber.
 pub fn envelope(out: &mut Vec<u8>, kind: &str, sid: u32, seq: u64, ts_ms: u64, msg: &[u8]) {
     out.clear();
-    let mut head = String::with_capacity(64);
-    let _ = write!(
-        head,
-        "{{\"type\":\"{kind}\",\"sid\":{sid},\"seq\":{seq},\"ts_ms\":{ts_ms},\"msg\":"
+    envelope_head(out, kind, sid, seq, ts_ms);
+    out.extend_from_slice(msg);
+    out.push(b'}');
+}
+
+/// Appends the envelope's head, `{"type":"KIND","sid":N,"seq":N,"ts_ms":N,"msg":`,
+/// with the digits written straight into `out` (no `fmt`, no allocation
+/// once `out` has grown). `kind` is one of the protocol's fixed names: it
+/// is written as is, unescaped.
+pub fn envelope_head(out: &mut Vec<u8>, kind: &str, sid: u32, seq: u64, ts_ms: u64) {
+    let mut digits = itoa::Buffer::new();
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"sid\":");
+    out.extend_from_slice(digits.format(sid).as_bytes());
+    out.extend_from_slice(b",\"seq\":");
+    out.extend_from_slice(digits.format(seq).as_bytes());
+    out.extend_from_slice(b",\"ts_ms\":");
+    out.extend_from_slice(digits.format(ts_ms).as_bytes());
+    out.extend_from_slice(b",\"msg\":");
+}
+
+/// Appends the head of one unfragmented, unmasked server frame (RFC 6455
+/// 5.2) of `len` payload bytes: the bytes fastwebsockets writes before a
+/// server's payload.
+pub fn frame_head(out: &mut Vec<u8>, opcode: fastwebsockets::OpCode, len: usize) {
+    out.push(0x80 | opcode as u8);
+    if len < 126 {
+        out.push(len as u8);
+    } else if let Ok(len) = u16::try_from(len) {
+        out.push(126);
+        out.extend_from_slice(&len.to_be_bytes());
+    } else {
+        out.push(127);
+        out.extend_from_slice(&(len as u64).to_be_bytes());
+    }
+}
+
+/// Appends one server frame carrying `payload`.
+pub fn frame(out: &mut Vec<u8>, opcode: fastwebsockets::OpCode, payload: &[u8]) {
+    frame_head(out, opcode, payload.len());
+    out.extend_from_slice(payload);
+}
+
+/// Appends a whole data frame, websocket head included, for `msg`: the
+/// frame [`envelope`] builds, with `head` a scratch buffer for the
+/// envelope's head (reused across calls).
+pub fn data_frame(
+    out: &mut Vec<u8>,
+    head: &mut Vec<u8>,
+    kind: &str,
+    sid: u32,
+    seq: u64,
+    ts_ms: u64,
+    msg: &[u8],
+) {
+    head.clear();
+    envelope_head(head, kind, sid, seq, ts_ms);
+    frame_head(
+        out,
+        fastwebsockets::OpCode::Text,
+        head.len() + msg.len() + 1,
     );
-    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(head);
     out.extend_from_slice(msg);
     out.push(b'}');
 }
@@ -593,6 +650,54 @@ mod tests {
         }
     }
 
+    /// The frames written by hand are the ones fastwebsockets writes, for
+    /// every length class of the head.
+    #[test]
+    fn frames_are_the_bytes_fastwebsockets_writes() {
+        use fastwebsockets::{Frame, OpCode, Payload};
+        for len in [0usize, 1, 125, 126, 127, 65_535, 65_536, 70_000] {
+            let payload = vec![b'x'; len];
+            for opcode in [OpCode::Text, OpCode::Ping, OpCode::Pong, OpCode::Close] {
+                let mut theirs = Vec::new();
+                let theirs = Frame::new(true, opcode, None, Payload::Borrowed(&payload))
+                    .write(&mut theirs)
+                    .to_vec();
+                let mut ours = vec![1, 2, 3];
+                frame(&mut ours, opcode, &payload);
+                assert_eq!(&ours[..3], &[1, 2, 3]);
+                assert_eq!(ours[3..], theirs[..], "{opcode:?} of {len}");
+            }
+        }
+        // A data frame is a text frame around the envelope.
+        let mut env = Vec::new();
+        let (mut out, mut head) = (Vec::new(), Vec::new());
+        for msg in [&br#"{"a":1}"#[..], &[b'7'; 200][..]] {
+            envelope(
+                &mut env,
+                "orderbook_delta",
+                4_000_000_000,
+                u64::MAX,
+                1_763_769_600_000,
+                msg,
+            );
+            out.clear();
+            data_frame(
+                &mut out,
+                &mut head,
+                "orderbook_delta",
+                4_000_000_000,
+                u64::MAX,
+                1_763_769_600_000,
+                msg,
+            );
+            let mut theirs = Vec::new();
+            let theirs = Frame::text(Payload::Borrowed(&env))
+                .write(&mut theirs)
+                .to_vec();
+            assert_eq!(out, theirs);
+        }
+    }
+
     #[test]
     fn the_envelope_splices_a_shared_msg() {
         let mut out = Vec::new();
@@ -602,5 +707,17 @@ mod tests {
             v,
             json!({"type":"ticker","sid":3,"seq":17,"ts_ms":99,"msg":{"a":1}})
         );
+        // Byte for byte what the `format!` it replaced wrote.
+        for (sid, seq, ts) in [
+            (1, 0, 0),
+            (100, 9_999, 1_763_769_600_123),
+            (u32::MAX, u64::MAX, u64::MAX),
+        ] {
+            envelope(&mut out, "trade", sid, seq, ts, b"[]");
+            let text = format!(
+                "{{\"type\":\"trade\",\"sid\":{sid},\"seq\":{seq},\"ts_ms\":{ts},\"msg\":[]}}"
+            );
+            assert_eq!(out, text.as_bytes());
+        }
     }
 }
