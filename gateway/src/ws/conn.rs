@@ -2,6 +2,11 @@
 //! reader task that turns frames into messages (fragments joined, 64 KB
 //! enforced), and the connection task that writes data and replies, runs
 //! commands, rate-limits them, pings, and closes with the documented codes.
+//!
+//! The connection task writes frames itself: every frame it has at one
+//! wake-up (up to [`WRITE_BATCH`] data messages taken with one `recv_many`)
+//! is encoded into one buffer and sent with one `write` under one timeout,
+//! so a backlog costs one system call per batch, not one per message.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
@@ -12,13 +17,13 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fastwebsockets::upgrade::{IncomingUpgrade, UpgradeFut};
-use fastwebsockets::{Frame, OpCode, Payload, WebSocketError, WebSocketRead, WebSocketWrite};
+use fastwebsockets::{OpCode, Role, WebSocketError, WebSocketRead};
 use hyper_util::rt::TokioIo;
 use sequencer::limits::{WS_COMMANDS_BURST, WS_COMMANDS_PER_SECOND, WS_MESSAGE_BYTES_MAX};
 use sequencer::types::AccountId;
 use sequencer::ErrorCode as ApiCode;
 use serde_json::{json, Value};
-use tokio::io::{ReadHalf, WriteHalf};
+use tokio::io::{AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
 use super::protocol::{self, Command, ErrorCode, WsError};
@@ -29,7 +34,6 @@ use crate::engine::{now_ms, Caller};
 use crate::error::ApiError;
 
 type Stream = TokioIo<hyper::upgrade::Upgraded>;
-type Writer = WebSocketWrite<WriteHalf<Stream>>;
 type Reader = WebSocketRead<ReadHalf<Stream>>;
 
 /// Close codes sent by the server.
@@ -46,8 +50,8 @@ pub mod close {
     pub const TOO_BIG: u16 = 1009;
 }
 
-/// A write that takes longer than this ends the connection (a client that
-/// does not read).
+/// A write (of one batch of frames) that takes longer than this ends the
+/// connection (a client that does not read).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After closing on an error, the connection is kept this long so the
 /// client can read the close frame before the socket goes.
@@ -56,6 +60,11 @@ const LINGER: Duration = Duration::from_secs(1);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Data messages written per wake-up before looking at commands again.
 const WRITE_BATCH: usize = 256;
+/// Frames are written once this many bytes are waiting, even mid-batch.
+const FLUSH_BYTES: usize = 32 * 1024;
+/// The write buffer keeps at most this much memory between batches (a
+/// large snapshot may grow it past that once).
+const OUT_KEEP: usize = 64 * 1024;
 
 /// An authenticated connection's key.
 #[derive(Clone, Debug)]
@@ -265,8 +274,14 @@ struct Session {
     hub: Arc<Hub>,
     conn: u64,
     ip: IpAddr,
-    writer: Writer,
-    buffer: Vec<u8>,
+    /// The socket's write half. Frames are encoded by
+    /// [`protocol::frame`]/[`protocol::data_frame`] into `out` and leave
+    /// with [`Session::flush`].
+    io: WriteHalf<Stream>,
+    /// Frames encoded and not yet written.
+    out: Vec<u8>,
+    /// Scratch for one envelope's head.
+    head: Vec<u8>,
     /// Sids whose data may be written: `subscribed` sent, `unsubscribed` not.
     live: BTreeSet<Sid>,
     auth: Option<Auth>,
@@ -286,7 +301,11 @@ async fn run(app: Arc<App>, fut: UpgradeFut, slot: Slot, auth: Option<Auth>, ip:
         return;
     };
     let hub = app.ws.clone();
-    let (mut reader, writer) = ws.split(tokio::io::split);
+    // fastwebsockets reads; the connection task writes its frames itself
+    // (the `WebSocketWrite` half is unused: a sink).
+    let (read, io) = tokio::io::split(ws.into_inner());
+    let (mut reader, _) =
+        fastwebsockets::after_handshake_split(read, tokio::io::sink(), Role::Server);
     reader.set_auto_pong(false);
     reader.set_auto_close(false);
     // fastwebsockets refuses a frame of `max` bytes or more: 64 KB passes.
@@ -305,8 +324,9 @@ async fn run(app: Arc<App>, fut: UpgradeFut, slot: Slot, auth: Option<Auth>, ip:
         hub: hub.clone(),
         conn,
         ip,
-        writer,
-        buffer: Vec::with_capacity(1024),
+        io,
+        out: Vec::with_capacity(1024),
+        head: Vec::with_capacity(96),
         live: BTreeSet::new(),
         auth,
         bucket: Bucket::new(),
@@ -332,16 +352,30 @@ async fn run(app: Arc<App>, fut: UpgradeFut, slot: Slot, auth: Option<Auth>, ip:
 }
 
 impl Session {
-    async fn write(&mut self, frame: Frame<'_>) -> bool {
-        matches!(
-            tokio::time::timeout(WRITE_TIMEOUT, self.writer.write_frame(frame)).await,
+    /// Writes every frame encoded so far: one `write_all`, one timeout.
+    async fn flush(&mut self) -> bool {
+        if self.out.is_empty() {
+            return true;
+        }
+        let written = matches!(
+            tokio::time::timeout(WRITE_TIMEOUT, self.io.write_all(&self.out)).await,
             Ok(Ok(()))
-        )
+        );
+        self.out.clear();
+        if self.out.capacity() > OUT_KEEP {
+            self.out.shrink_to(OUT_KEEP);
+        }
+        written
+    }
+
+    /// Writes one frame, and whatever was encoded before it.
+    async fn write(&mut self, opcode: OpCode, payload: &[u8]) -> bool {
+        protocol::frame(&mut self.out, opcode, payload);
+        self.flush().await
     }
 
     async fn text(&mut self, text: &str) -> bool {
-        self.write(Frame::text(Payload::Borrowed(text.as_bytes())))
-            .await
+        self.write(OpCode::Text, text.as_bytes()).await
     }
 
     async fn close(&mut self, code: u16, reason: &str) -> End {
@@ -349,29 +383,35 @@ impl Session {
         while !reason.is_char_boundary(end) {
             end -= 1;
         }
-        let _ = self
-            .write(Frame::close(code, &reason.as_bytes()[..end]))
-            .await;
+        let mut payload = Vec::with_capacity(2 + end);
+        payload.extend_from_slice(&code.to_be_bytes());
+        payload.extend_from_slice(&reason.as_bytes()[..end]);
+        let _ = self.write(OpCode::Close, &payload).await;
         End::Closed
     }
 
-    async fn data(&mut self, out: Out) -> bool {
-        if !self.live.contains(&out.sid) {
-            return true;
+    /// Writes a batch of data messages (those of live sids), all stamped
+    /// with one `ts_ms`: one write per [`FLUSH_BYTES`], usually one in all.
+    async fn data(&mut self, batch: &mut Vec<Out>) -> bool {
+        let ts_ms = now_ms();
+        for out in batch.drain(..) {
+            if !self.live.contains(&out.sid) {
+                continue;
+            }
+            protocol::data_frame(
+                &mut self.out,
+                &mut self.head,
+                out.kind,
+                out.sid,
+                out.seq,
+                ts_ms,
+                &out.msg,
+            );
+            if self.out.len() >= FLUSH_BYTES && !self.flush().await {
+                return false;
+            }
         }
-        protocol::envelope(
-            &mut self.buffer,
-            out.kind,
-            out.sid,
-            out.seq,
-            now_ms(),
-            &out.msg,
-        );
-        let frame = Frame::text(Payload::Borrowed(&self.buffer));
-        matches!(
-            tokio::time::timeout(WRITE_TIMEOUT, self.writer.write_frame(frame)).await,
-            Ok(Ok(()))
-        )
+        self.flush().await
     }
 
     async fn serve(
@@ -387,6 +427,7 @@ impl Session {
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         let mut shutdown = self.hub.shutdown_signal();
         let mut last_seen = Instant::now();
+        let mut batch: Vec<Out> = Vec::new();
         if *shutdown.borrow() {
             return self
                 .close(close::GOING_AWAY, "The server is shutting down.")
@@ -411,9 +452,10 @@ impl Session {
                                 )).await;
                             }
                             for frame in self.command(&text).await {
-                                if !self.text(&frame).await {
-                                    return End::Gone;
-                                }
+                                protocol::frame(&mut self.out, OpCode::Text, frame.as_bytes());
+                            }
+                            if !self.flush().await {
+                                return End::Gone;
                             }
                         }
                         Incoming::Binary => {
@@ -426,19 +468,19 @@ impl Session {
                             }
                         }
                         Incoming::Ping(payload) => {
-                            if !self.write(Frame::pong(Payload::Owned(payload))).await {
+                            if !self.write(OpCode::Pong, &payload).await {
                                 return End::Gone;
                             }
                         }
                         Incoming::Pong => {}
                         Incoming::Close(payload) => {
                             // Answer the peer's close (RFC 6455 5.5.1), then go.
-                            let answer = if payload.len() >= 2 {
-                                Frame::close(1000, b"")
+                            let answer: &[u8] = if payload.len() >= 2 {
+                                &1000u16.to_be_bytes()
                             } else {
-                                Frame::close_raw(Payload::Borrowed(&[]))
+                                &[]
                             };
-                            let _ = self.write(answer).await;
+                            let _ = self.write(OpCode::Close, answer).await;
                             return End::Gone;
                         }
                         Incoming::TooBig => {
@@ -451,23 +493,20 @@ impl Session {
                     if last_seen.elapsed() > 2 * interval {
                         return self.close(close::GOING_AWAY, "No answer to pings.").await;
                     }
-                    if !self.write(Frame::new(true, OpCode::Ping, None, Payload::Borrowed(&[]))).await {
+                    if !self.write(OpCode::Ping, &[]).await {
                         return End::Gone;
                     }
                     if let Some(reason) = self.key_refused().await {
                         return self.close(close::POLICY, &reason).await;
                     }
                 }
-                out = out_rx.recv() => {
-                    let Some(out) = out else { return End::Gone };
-                    if !self.data(out).await {
+                // Every message waiting, up to WRITE_BATCH, in one write.
+                taken = out_rx.recv_many(&mut batch, WRITE_BATCH) => {
+                    if taken == 0 {
                         return End::Gone;
                     }
-                    for _ in 0..WRITE_BATCH {
-                        match out_rx.try_recv() {
-                            Ok(out) => if !self.data(out).await { return End::Gone },
-                            Err(_) => break,
-                        }
+                    if !self.data(&mut batch).await {
+                        return End::Gone;
                     }
                 }
             }
