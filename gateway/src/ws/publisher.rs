@@ -18,7 +18,8 @@ use crossbeam_channel::{never, select, Receiver};
 use sequencer::event::{Phase, Top};
 use sequencer::limits::CHECKSUM_LEVELS;
 use sequencer::query::{BalanceView, PositionView};
-use sequencer::types::{AccountId, MarketId, Outcome};
+use sequencer::state::Trade;
+use sequencer::types::{flip, AccountId, MarketId, Outcome, PriceCents};
 use sequencer::wire::{price, price_e8};
 use sequencer::{Event, State};
 use serde_json::{json, Map, Value};
@@ -279,6 +280,126 @@ fn remove_key<K: std::hash::Hash + Eq>(map: &mut HashMap<K, BTreeSet<SubKey>>, k
 
 // ----- messages ---------------------------------------------------------------------
 
+/// A JSON object written straight into its bytes, for the messages sent on
+/// every book change: no `Value` map, no `String` per field. Keys must be
+/// given in sorted order: the bytes are then those `serde_json` writes for
+/// the `json!` map of the same fields (its map is a `BTreeMap`), which the
+/// tests below check message by message.
+struct Obj {
+    out: Vec<u8>,
+    digits: itoa::Buffer,
+}
+
+impl Obj {
+    fn new(capacity: usize) -> Self {
+        let mut out = Vec::with_capacity(capacity);
+        out.push(b'{');
+        Self {
+            out,
+            digits: itoa::Buffer::new(),
+        }
+    }
+
+    fn key(&mut self, key: &str) {
+        if self.out.len() > 1 {
+            self.out.push(b',');
+        }
+        self.out.push(b'"');
+        self.out.extend_from_slice(key.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+
+    /// A string, escaped as `serde_json` escapes it.
+    fn str(&mut self, key: &str, value: &str) {
+        self.key(key);
+        serde_json::to_writer(&mut self.out, value).expect("a string serializes into a Vec");
+    }
+
+    fn int<I: itoa::Integer>(&mut self, key: &str, value: I) {
+        self.key(key);
+        self.out
+            .extend_from_slice(self.digits.format(value).as_bytes());
+    }
+
+    /// An integer as a decimal string (counts, deltas, ids).
+    fn int_str<I: itoa::Integer>(&mut self, key: &str, value: I) {
+        self.key(key);
+        self.out.push(b'"');
+        self.out
+            .extend_from_slice(self.digits.format(value).as_bytes());
+        self.out.push(b'"');
+    }
+
+    /// A price in dollars, as [`price`] writes it (`0.{cents:02}`).
+    fn price(&mut self, key: &str, cents: PriceCents) {
+        self.key(key);
+        self.out.extend_from_slice(b"\"0.");
+        if cents < 10 {
+            self.out.push(b'0');
+        }
+        self.out
+            .extend_from_slice(self.digits.format(cents).as_bytes());
+        self.out.push(b'"');
+    }
+
+    fn done(mut self) -> Bytes {
+        self.out.push(b'}');
+        Bytes::from(self.out)
+    }
+}
+
+/// `orderbook_delta`: `{ checksum, delta, market_ticker, outcome, price }`.
+fn delta_msg(ticker: &str, outcome: Outcome, p: PriceCents, delta: i64, checksum: u32) -> Bytes {
+    let mut o = Obj::new(96 + ticker.len());
+    o.int("checksum", checksum);
+    o.int_str("delta", delta);
+    o.str("market_ticker", ticker);
+    o.str("outcome", outcome.as_str());
+    o.price("price", p);
+    o.done()
+}
+
+/// `ticker`: the market and its top, the fields of [`json::insert_top`].
+fn ticker_msg(ticker: &str, top: &Top) -> Bytes {
+    let mut o = Obj::new(160 + ticker.len());
+    if let Some(last) = top.last_price {
+        o.price("last_price", last);
+    }
+    o.str("market_ticker", ticker);
+    if let Some(ask) = top.up_ask {
+        o.price("up_ask", ask);
+        o.int_str("up_ask_size", top.up_ask_size);
+    }
+    if let Some(bid) = top.up_bid {
+        o.price("up_bid", bid);
+        o.int_str("up_bid_size", top.up_bid_size);
+    }
+    o.done()
+}
+
+/// `trade`: the fields of [`json::trade_in`].
+fn trade_msg(ticker: &str, t: &Trade) -> Bytes {
+    let mut o = Obj::new(224 + ticker.len());
+    o.int_str("count", t.count);
+    o.price("down_price", flip(t.up_price));
+    o.str("market_ticker", ticker);
+    o.str("taker_action", t.taker_action.as_str());
+    o.str("taker_outcome", t.taker_outcome.as_str());
+    o.int_str("trade_id", t.trade_id);
+    o.int("ts_ms", t.ts_ms);
+    o.price("up_price", t.up_price);
+    o.done()
+}
+
+/// `price`: `{ price, symbol, t_ms }`.
+fn price_msg(symbol: &str, price_e8_value: i64, t_ms: u64) -> Bytes {
+    let mut o = Obj::new(64 + symbol.len());
+    o.str("price", &price_e8(price_e8_value));
+    o.str("symbol", symbol);
+    o.int("t_ms", t_ms);
+    o.done()
+}
+
 fn snapshot_msg(m: &MarketMirror) -> Value {
     let side = |o: Outcome| json::levels(&levels(&m.book[o.index()]).collect::<Vec<_>>());
     json!({
@@ -287,13 +408,6 @@ fn snapshot_msg(m: &MarketMirror) -> Value {
         "down": side(Outcome::Down),
         "checksum": checksum(&m.book),
     })
-}
-
-fn ticker_msg(ticker: &str, top: &Top) -> Value {
-    let mut map = Map::new();
-    map.insert("market_ticker".into(), ticker.into());
-    crate::api::json::insert_top(&mut map, top);
-    Value::Object(map)
 }
 
 fn lifecycle_msg(ticker: &str, phase: &Phase, ts_ms: u64) -> Value {
@@ -324,10 +438,6 @@ fn lifecycle_msg(ticker: &str, phase: &Phase, ts_ms: u64) -> Value {
     }
     map.insert("ts_ms".into(), ts_ms.into());
     Value::Object(map)
-}
-
-fn price_msg(symbol: &str, price_e8_value: i64, t_ms: u64) -> Value {
-    json!({ "symbol": symbol, "price": price_e8(price_e8_value), "t_ms": t_ms })
 }
 
 /// A subscription as `list_subscriptions` and `update_subscription` show it.
@@ -497,13 +607,7 @@ impl Publisher {
                 {
                     return;
                 }
-                let msg = bytes(&json!({
-                    "market_ticker": m.ticker,
-                    "outcome": outcome.as_str(),
-                    "price": price(*p),
-                    "delta": delta.to_string(),
-                    "checksum": sum,
-                }));
+                let msg = delta_msg(&m.ticker, *outcome, *p, *delta, *sum);
                 self.fan_market(Channel::OrderbookDelta, *market, "orderbook_delta", msg);
             }
             Event::Ticker { market, top } => {
@@ -514,14 +618,14 @@ impl Publisher {
                 if !self.by_market.contains_key(&(Channel::Ticker, *market)) {
                     return;
                 }
-                let msg = bytes(&ticker_msg(&m.ticker, top));
+                let msg = ticker_msg(&m.ticker, top);
                 self.fan_market(Channel::Ticker, *market, "ticker", msg);
             }
             Event::Trade(t) => {
                 if !self.has_market_subs(Channel::Trade, t.market) {
                     return;
                 }
-                let msg = bytes(&json::trade_in(self.ticker_of(t.market), t));
+                let msg = trade_msg(self.ticker_of(t.market), t);
                 self.fan_market(Channel::Trade, t.market, "trade", msg);
             }
             Event::MarketListed {
@@ -549,7 +653,7 @@ impl Publisher {
             } => {
                 self.prices.insert(symbol.clone(), (*p, *t_ms));
                 if let Some(keys) = self.by_symbol.get(symbol) {
-                    let msg = bytes(&price_msg(symbol, *p, *t_ms));
+                    let msg = price_msg(symbol, *p, *t_ms);
                     for &key in keys {
                         deliver(&mut self.conns, &self.stats, key, "price", &msg);
                     }
@@ -680,7 +784,7 @@ impl Publisher {
             (Channel::Ticker, Initial::Markets(markets)) => {
                 for market in markets {
                     if let Some(m) = self.markets.get(&market) {
-                        let msg = bytes(&ticker_msg(&m.ticker, &m.top));
+                        let msg = ticker_msg(&m.ticker, &m.top);
                         deliver(&mut self.conns, &self.stats, key, "ticker", &msg);
                     }
                 }
@@ -688,7 +792,7 @@ impl Publisher {
             (Channel::Prices, Initial::Symbols(symbols)) => {
                 for symbol in symbols {
                     if let Some(&(p, t)) = self.prices.get(&symbol) {
-                        let msg = bytes(&price_msg(&symbol, p, t));
+                        let msg = price_msg(&symbol, p, t);
                         deliver(&mut self.conns, &self.stats, key, "price", &msg);
                     }
                 }
@@ -1095,6 +1199,92 @@ fn unknown_sid(sid: Sid) -> WsError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sequencer::types::Action as Side;
+
+    fn value(bytes: &Bytes) -> String {
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    /// Tickers as the venue makes them, and strings `serde_json` escapes.
+    const TICKERS: [&str; 4] = [
+        "btc-1m-261121-2100-2101",
+        "",
+        "q\"uote\\back\nslash\u{1}",
+        "unicodé-€",
+    ];
+
+    /// The direct writers write the bytes of the `json!` maps they replaced.
+    #[test]
+    fn hot_messages_are_byte_identical_to_their_json_maps() {
+        for ticker in TICKERS {
+            for outcome in [Outcome::Up, Outcome::Down] {
+                for p in [1u8, 9, 10, 55, 99] {
+                    for delta in [i64::MIN, -1_000_000, -1, 0, 1, 42, i64::MAX] {
+                        for sum in [0u32, 7, u32::MAX] {
+                            let old = json!({
+                                "market_ticker": ticker,
+                                "outcome": outcome.as_str(),
+                                "price": price(p),
+                                "delta": delta.to_string(),
+                                "checksum": sum,
+                            });
+                            assert_eq!(
+                                value(&delta_msg(ticker, outcome, p, delta, sum)),
+                                serde_json::to_string(&old).unwrap()
+                            );
+                        }
+                    }
+                }
+            }
+            let sides = [None, Some(1u8), Some(9), Some(50), Some(99)];
+            for (i, up_bid) in sides.into_iter().enumerate() {
+                for up_ask in sides {
+                    let top = Top {
+                        up_bid,
+                        up_bid_size: [0, 1, 12_345, u64::MAX][i % 4],
+                        up_ask,
+                        up_ask_size: [u64::MAX, 3, 0, 77][i % 4],
+                        last_price: sides[(i + 2) % sides.len()],
+                    };
+                    let mut map = Map::new();
+                    map.insert("market_ticker".into(), ticker.into());
+                    json::insert_top(&mut map, &top);
+                    assert_eq!(
+                        value(&ticker_msg(ticker, &top)),
+                        serde_json::to_string(&Value::Object(map)).unwrap()
+                    );
+                }
+            }
+            for (n, up_price) in [1u8, 5, 50, 99].into_iter().enumerate() {
+                let t = Trade {
+                    trade_id: [1, 99, 1 << 40, u64::MAX][n],
+                    market: 3,
+                    up_price,
+                    count: [1, 10, 1_000_000, u32::MAX][n],
+                    taker_outcome: [Outcome::Up, Outcome::Down][n % 2],
+                    taker_action: [Side::Buy, Side::Sell][n / 2],
+                    ts_ms: [0, 1_763_769_600_000, 5, u64::MAX][n],
+                };
+                assert_eq!(
+                    value(&trade_msg(ticker, &t)),
+                    json::trade_in(ticker, &t).to_string()
+                );
+            }
+            for (p, t) in [
+                (0i64, 0u64),
+                (-1, 1),
+                (6_512_345_678_901, 1_763_769_600_000),
+                (i64::MAX, u64::MAX),
+                (i64::MIN, 3),
+            ] {
+                let old = json!({ "symbol": ticker, "price": price_e8(p), "t_ms": t });
+                assert_eq!(
+                    value(&price_msg(ticker, p, t)),
+                    serde_json::to_string(&old).unwrap()
+                );
+            }
+        }
+    }
 
     #[test]
     fn the_mirror_checksum_is_the_spec_one() {
