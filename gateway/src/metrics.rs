@@ -1,6 +1,7 @@
 //! Prometheus metrics: request counts and latencies, sequencer queue depth,
-//! batch sizes and journal position. Plain atomics and one mutex-guarded
-//! histogram per route, rendered as text on `/metrics`.
+//! batch sizes and journal position, and the websocket publisher's
+//! counters. Plain atomics and one mutex-guarded histogram per route,
+//! rendered as text on `/metrics`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -9,6 +10,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+
+use crate::ws::Hub;
 
 /// Counters and histograms of one server.
 pub struct Metrics {
@@ -142,5 +145,38 @@ impl Metrics {
             let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {value}");
         }
         out
+    }
+}
+
+/// The websocket's counters, appended to [`Metrics::render`]'s text:
+/// messages handed to connection queues, messages dropped because a queue
+/// was full (each a seq gap a client sees), batches of events the publisher
+/// could not take (each a resynchronization), and open connections.
+pub fn render_ws(out: &mut String, hub: &Hub) {
+    let stats = &hub.stats;
+    let lines = [
+        (
+            "updown_ws_messages_sent_total",
+            "counter",
+            stats.sent.load(Ordering::Relaxed),
+        ),
+        (
+            "updown_ws_messages_dropped_total",
+            "counter",
+            stats.dropped.load(Ordering::Relaxed),
+        ),
+        (
+            "updown_ws_lost_batches_total",
+            "counter",
+            stats.lost_batches.load(Ordering::Relaxed),
+        ),
+        (
+            "updown_ws_connections",
+            "gauge",
+            u64::from(hub.connections()),
+        ),
+    ];
+    for (name, kind, value) in lines {
+        let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {value}");
     }
 }

@@ -624,6 +624,95 @@ fn a_gap_from_a_full_queue_is_recovered_with_get_snapshot() {
     assert_eq!(client.gaps.len(), gaps, "no gap after the recovery");
 }
 
+/// The `updown_ws_*` lines of `/metrics`, by name.
+fn ws_metrics(venue: &Venue) -> BTreeMap<String, u64> {
+    let resp = venue.call_root("GET", "/metrics");
+    assert_eq!(resp.status, 200, "{}", resp.text);
+    let mut out = BTreeMap::new();
+    for line in resp.text.lines() {
+        if let Some(kind) = line.strip_prefix("# TYPE updown_ws_") {
+            assert!(
+                kind.ends_with(" counter") || kind.ends_with(" gauge"),
+                "{line}"
+            );
+            continue;
+        }
+        if let Some((name, value)) = line.split_once(' ') {
+            if name.starts_with("updown_ws_") {
+                out.insert(name.to_string(), value.parse().expect("an integer"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_publishers_counters_are_on_metrics_and_move() {
+    let venue = Venue::start_with(|c| {
+        fast_orders(c);
+        c.ws_queue_capacity = 1;
+    });
+    let names = [
+        "updown_ws_connections",
+        "updown_ws_lost_batches_total",
+        "updown_ws_messages_dropped_total",
+        "updown_ws_messages_sent_total",
+    ];
+    let before = ws_metrics(&venue);
+    assert_eq!(before.keys().map(String::as_str).collect::<Vec<_>>(), names);
+    assert_eq!(before["updown_ws_connections"], 0, "{before:?}");
+    let addr = ws_addr(&venue);
+    let market = venue.open_market(SERIES_A);
+    let trader = venue.trader("100000");
+    let mut client = connect(addr);
+    client.strict = false;
+    let idle = connect(addr);
+    assert_eq!(ws_metrics(&venue)["updown_ws_connections"], 2);
+    // As in the gap test: three subscriptions of one book on a queue of
+    // one, and a burst of deltas, so some messages go and some are dropped.
+    for id in 1..=3 {
+        client.subscribe(
+            id,
+            &["orderbook_delta"],
+            json!({ "market_tickers": [market] }),
+        );
+    }
+    for p in 1..=30 {
+        venue.place_ok(trader.key(), &buy(&market, "up", &format!("0.{p:02}"), "1"));
+    }
+    let resp = venue.delete("/portfolio/orders", trader.key());
+    assert_eq!(resp.status, 200, "{}", resp.text);
+    let deadline = Instant::now() + WAIT;
+    while client.gaps.is_empty() {
+        client.data_until(deadline).expect("a gap in time");
+    }
+    while client
+        .data_until(Instant::now() + Duration::from_millis(300))
+        .is_some()
+    {}
+    let after = ws_metrics(&venue);
+    let moved = |name: &str| after[name] - before[name];
+    assert!(moved("updown_ws_messages_sent_total") > 0, "{after:?}");
+    assert!(moved("updown_ws_messages_dropped_total") > 0, "{after:?}");
+    // Nothing was lost between the sequencer and the publisher.
+    assert_eq!(moved("updown_ws_lost_batches_total"), 0, "{after:?}");
+    // Every message handed out or dropped took a seq of one of the three
+    // subscriptions: their last seqs add up to sent + dropped.
+    let seqs: u64 = client.seqs.values().sum();
+    assert!(
+        moved("updown_ws_messages_sent_total") + moved("updown_ws_messages_dropped_total") >= seqs,
+        "{after:?} {:?}",
+        client.seqs
+    );
+    drop(client);
+    drop(idle);
+    let deadline = Instant::now() + WAIT;
+    while ws_metrics(&venue)["updown_ws_connections"] > 0 {
+        assert!(Instant::now() < deadline, "the connections are gone");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn subscriptions_are_listed_updated_and_removed_and_prices_stream() {
     let venue = Venue::start();

@@ -648,12 +648,14 @@ async fn metrics(State(app): Shared) -> Response {
         app.submitter.queue_depth() as u64,
         std::sync::atomic::Ordering::Relaxed,
     );
+    let mut text = app.submitter.metrics.render();
+    crate::metrics::render_ws(&mut text, &app.ws);
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
-        app.submitter.metrics.render(),
+        text,
     )
         .into_response()
 }

@@ -187,6 +187,11 @@ impl Hub {
             .map_or(0, |c| c.get(&ip).copied().unwrap_or(0))
     }
 
+    /// Open websocket connections (upgrades accepted and not yet ended).
+    pub fn connections(&self) -> u32 {
+        self.connections.lock().map_or(0, |c| c.values().sum())
+    }
+
     /// Tells every connection to close (1001) at shutdown.
     pub fn shutdown(&self) {
         self.shutdown.send_replace(true);
