@@ -10,7 +10,9 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, State};
@@ -23,7 +25,7 @@ use sequencer::limits::{WS_COMMANDS_BURST, WS_COMMANDS_PER_SECOND, WS_MESSAGE_BY
 use sequencer::types::AccountId;
 use sequencer::ErrorCode as ApiCode;
 use serde_json::{json, Value};
-use tokio::io::{AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
 use super::protocol::{self, Command, ErrorCode, WsError};
@@ -154,6 +156,28 @@ async fn authenticate(app: &App, headers: &HeaderMap, ip: IpAddr) -> Result<Auth
         .and_then(|a| AccountId::try_from(a).ok())
         .ok_or_else(|| ApiError::unavailable("The key could not be checked."))?;
     Ok(Auth { caller, account })
+}
+
+/// Writes `bytes`, failing after [`WRITE_TIMEOUT`]. The first attempt
+/// goes without a timer: the socket usually has room for the whole batch,
+/// and a timeout costs a runtime handle and a clock reading.
+async fn write_all(io: &mut WriteHalf<Stream>, bytes: &[u8]) -> bool {
+    let first = std::future::poll_fn(|cx| {
+        Poll::Ready(match Pin::new(&mut *io).poll_write(cx, bytes) {
+            Poll::Ready(Ok(n)) => Some(n),
+            Poll::Ready(Err(_)) => None,
+            Poll::Pending => Some(0),
+        })
+    })
+    .await;
+    let Some(n) = first else {
+        return false;
+    };
+    n == bytes.len()
+        || matches!(
+            tokio::time::timeout(WRITE_TIMEOUT, io.write_all(&bytes[n..])).await,
+            Ok(Ok(()))
+        )
 }
 
 /// What the reader task hands the connection task.
@@ -357,10 +381,7 @@ impl Session {
         if self.out.is_empty() {
             return true;
         }
-        let written = matches!(
-            tokio::time::timeout(WRITE_TIMEOUT, self.io.write_all(&self.out)).await,
-            Ok(Ok(()))
-        );
+        let written = write_all(&mut self.io, &self.out).await;
         self.out.clear();
         if self.out.capacity() > OUT_KEEP {
             self.out.shrink_to(OUT_KEEP);
@@ -425,7 +446,7 @@ impl Session {
             .ping_interval
             .max(Duration::from_millis(10));
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-        let mut shutdown = self.hub.shutdown_signal();
+        let shutdown = self.hub.shutdown_signal();
         let mut last_seen = Instant::now();
         let mut batch: Vec<Out> = Vec::new();
         if *shutdown.borrow() {
@@ -433,12 +454,19 @@ impl Session {
                 .close(close::GOING_AWAY, "The server is shutting down.")
                 .await;
         }
+        // One wait for the shutdown for the whole loop (a fresh `changed()`
+        // per wake-up would join and leave the watch's waiter list each time).
+        let shutting_down = async move {
+            let mut shutdown = shutdown;
+            let _ = shutdown.changed().await;
+        };
+        tokio::pin!(shutting_down);
         loop {
             // Biased: shutdown, then commands, then the ping (ready once an
             // interval, so a busy data stream cannot starve it), then data.
             tokio::select! {
                 biased;
-                _ = shutdown.changed() => {
+                () = &mut shutting_down => {
                     return self.close(close::GOING_AWAY, "The server is shutting down.").await;
                 }
                 incoming = in_rx.recv() => {
