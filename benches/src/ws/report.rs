@@ -855,43 +855,53 @@ fn print_tables(config: &WsConfig, r: &WsReport, out: &mut dyn Write) -> std::io
             )?;
         }
     }
-    writeln!(out)?;
-    writeln!(
-        out,
-        "CPU per delivered message at maximum rate (ns, all rounds; threads by role; cores = CPU time / wall time)"
-    )?;
-    writeln!(out)?;
     let roles: Vec<&str> = ROLES.to_vec();
-    writeln!(
-        out,
-        "| subscribers | side | {} | total | cores |",
-        roles.join(" | ")
-    )?;
-    writeln!(out, "| -: | - |{} -: | -: |", " -: |".repeat(roles.len()))?;
-    for &n in &config.subscribers {
-        for &side in sides {
-            let phases = r.of(side, n, true);
-            if phases.is_empty() {
-                continue;
-            }
-            let received: u64 = phases.iter().map(|p| p.received).sum::<u64>().max(1);
-            let wall: f64 = phases.iter().map(|p| p.elapsed.as_secs_f64()).sum();
-            let per = |role: &str| {
-                phases.iter().map(|p| p.cpu.get(role)).sum::<u64>() as f64 / received as f64
-            };
-            let cells: Vec<String> = roles
-                .iter()
-                .map(|role| format!("{:.0}", per(role)))
-                .collect();
-            let total: u64 = phases.iter().map(|p| p.cpu.total()).sum();
+    for max in [true, false] {
+        writeln!(out)?;
+        if max {
             writeln!(
-                out,
-                "| {n} | {} | {} | {:.0} | {:.2} |",
-                side.name(),
-                cells.join(" | "),
-                total as f64 / received as f64,
-                total as f64 / 1e9 / wall.max(1e-9),
-            )?;
+            out,
+            "CPU per delivered message at maximum rate (ns, all rounds; threads by role; cores = CPU time / wall time)"
+        )?;
+        } else {
+            writeln!(
+            out,
+            "CPU per delivered message at {} events/s (ns, all rounds; threads by role; cores = CPU time / wall time)",
+            config.rate
+        )?;
+        }
+        writeln!(out)?;
+        writeln!(
+            out,
+            "| subscribers | side | {} | total | cores |",
+            roles.join(" | ")
+        )?;
+        writeln!(out, "| -: | - |{} -: | -: |", " -: |".repeat(roles.len()))?;
+        for &n in &config.subscribers {
+            for &side in sides {
+                let phases = r.of(side, n, max);
+                if phases.is_empty() {
+                    continue;
+                }
+                let received: u64 = phases.iter().map(|p| p.received).sum::<u64>().max(1);
+                let wall: f64 = phases.iter().map(|p| p.elapsed.as_secs_f64()).sum();
+                let per = |role: &str| {
+                    phases.iter().map(|p| p.cpu.get(role)).sum::<u64>() as f64 / received as f64
+                };
+                let cells: Vec<String> = roles
+                    .iter()
+                    .map(|role| format!("{:.0}", per(role)))
+                    .collect();
+                let total: u64 = phases.iter().map(|p| p.cpu.total()).sum();
+                writeln!(
+                    out,
+                    "| {n} | {} | {} | {:.0} | {:.2} |",
+                    side.name(),
+                    cells.join(" | "),
+                    total as f64 / received as f64,
+                    total as f64 / 1e9 / wall.max(1e-9),
+                )?;
+            }
         }
     }
     writeln!(out)?;
