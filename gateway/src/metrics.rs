@@ -22,6 +22,7 @@ pub struct Metrics {
     pub rate_limited: AtomicU64,
     pub lockouts: AtomicU64,
     pub journal_lag_ms: AtomicU64,
+    pub journal_syncs: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -37,6 +38,7 @@ impl Default for Metrics {
             rate_limited: AtomicU64::new(0),
             lockouts: AtomicU64::new(0),
             journal_lag_ms: AtomicU64::new(0),
+            journal_syncs: AtomicU64::new(0),
         }
     }
 }
@@ -63,8 +65,13 @@ impl Metrics {
             .fetch_add(busy.as_micros() as u64, Ordering::Relaxed);
         self.queue_depth.store(queue_depth, Ordering::Relaxed);
         self.last_seq.store(last_seq, Ordering::Relaxed);
+    }
+
+    /// Batches made durable and answered; `lag` is how long the oldest of
+    /// them waited after the sequencer closed it.
+    pub fn record_commit(&self, lag: Duration) {
         self.journal_lag_ms
-            .store(busy.as_millis() as u64, Ordering::Relaxed);
+            .store(lag.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition.
@@ -126,6 +133,11 @@ impl Metrics {
                 "updown_journal_commit_lag_ms",
                 "gauge",
                 self.journal_lag_ms.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_journal_syncs_total",
+                "counter",
+                self.journal_syncs.load(Ordering::Relaxed),
             ),
             (
                 "updown_rate_limited_total",

@@ -2148,3 +2148,32 @@ fn unreadable_path_segments_and_stray_query_parameters_get_the_error_shape() {
     )
     .err(400, "BAD_REQUEST");
 }
+
+fn metric(v: &Venue, name: &str) -> u64 {
+    let text = v.call_root("GET", "/metrics").text;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
+}
+
+/// Group commit, pipelined: an answered order was synced by the commit
+/// thread first (the sync counter moved), the answer's bytes are the Order
+/// record the reads give, and the order is there after a restart.
+#[test]
+fn answers_leave_after_the_journal_sync_and_match_the_reads() {
+    let mut v = Venue::start();
+    let a = v.trader("100.00");
+    let market = v.open_market(SERIES_A);
+    let syncs_before = metric(&v, "updown_journal_syncs_total");
+    let placed = v.place_ok(a.key(), &buy(&market, "up", "0.31", "3"));
+    assert!(metric(&v, "updown_journal_syncs_total") > syncs_before);
+    assert_order_shape(&placed);
+    let read = v.read(&format!("/portfolio/orders/{}", id_of(&placed)), a.key());
+    assert_eq!(read["order"], placed, "the write's answer is the read's record");
+    let canceled = v.delete(&format!("/portfolio/orders/{}", id_of(&placed)), a.key());
+    let canceled = canceled.ok(200)["order"].clone();
+    assert_eq!(canceled["status"], "canceled");
+    v.restart();
+    let after = v.read(&format!("/portfolio/orders/{}", id_of(&placed)), a.key());
+    assert_eq!(after["order"], canceled);
+}

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use journal::{Journal, JournalConfig, JournalError, Recovery};
+use journal::{Journal, JournalConfig, JournalError, Recovery, SyncPoint};
 use rkyv::util::AlignedVec;
 use sequencer::{Command, Event, Reply, Stamped, State, VenueConfig};
 
@@ -180,6 +180,30 @@ impl Node {
             self.failed = Some(e.to_string());
             NodeError::from(e)
         })
+    }
+
+    /// The pipelined form of [`Node::commit`]: when the policy wants a flush,
+    /// the records submitted so far come back as a [`SyncPoint`] for another
+    /// thread to make durable while this one goes on. Replies of the
+    /// commands before the point must not leave before its `sync` returns
+    /// `Ok`; when it fails, call [`Node::fail`].
+    pub fn commit_deferred(&mut self) -> Result<Option<SyncPoint>, NodeError> {
+        if let Some(why) = &self.failed {
+            return Err(NodeError::Stopped(why.clone()));
+        }
+        self.journal.commit_deferred().map_err(|e| {
+            self.failed = Some(e.to_string());
+            NodeError::from(e)
+        })
+    }
+
+    /// Stops the node after a deferred sync failed: every later command is
+    /// refused, as after a failed append or commit.
+    pub fn fail(&mut self, why: String) {
+        self.journal.poison();
+        if self.failed.is_none() {
+            self.failed = Some(why);
+        }
     }
 
     /// Forces everything to disk now (shutdown).

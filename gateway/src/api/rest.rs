@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use axum::body::{to_bytes, Body};
 use axum::extract::{ConnectInfo, MatchedPath, Path, Request, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, MethodRouter};
@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use crate::api::json;
 use crate::api::parse::{order_body, Params};
 use crate::auth::{self, Lockout};
-use crate::engine::{Answer, Submitter};
+use crate::engine::{Answer, AnswerBody, Finished, Submitter};
 use crate::error::ApiError;
 
 /// An `{order_id}` path segment; one that cannot be read is no order.
@@ -170,6 +170,23 @@ fn ok(status: StatusCode, body: Value) -> Answer {
     Ok((status, body))
 }
 
+/// A write's answer as an HTTP response.
+fn respond_write(answer: Finished) -> Response {
+    match answer {
+        Ok((status, AnswerBody::Ready(body))) => (status, Json(body)).into_response(),
+        Ok((status, AnswerBody::Later(write))) => (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            write(),
+        )
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
 /// An answer as an HTTP response (the admin API uses it too).
 pub(crate) fn respond(answer: Answer) -> Response {
     match answer {
@@ -290,16 +307,19 @@ async fn place_order(
                 })
             }),
             Box::new(|state, reply| match reply {
-                Reply::Order { order, .. } => ok(
-                    StatusCode::CREATED,
-                    json!({ "order": json::order(state, &order) }),
-                ),
+                Reply::Order { order, .. } => {
+                    let ticker = json::ticker(state, order.market).to_string();
+                    Ok((
+                        StatusCode::CREATED,
+                        AnswerBody::later(move || json::order_answer(&ticker, &order)),
+                    ))
+                }
                 Reply::Rejected(r) => Err(r.into()),
                 other => Err(internal(&other)),
             }),
         )
         .await;
-    respond(answer)
+    respond_write(answer)
 }
 
 fn internal(reply: &Reply) -> ApiError {
@@ -333,16 +353,19 @@ async fn cancel_order(
                 })
             }),
             Box::new(|state, reply| match reply {
-                Reply::Order { order, .. } => ok(
-                    StatusCode::OK,
-                    json!({ "order": json::order(state, &order) }),
-                ),
+                Reply::Order { order, .. } => {
+                    let ticker = json::ticker(state, order.market).to_string();
+                    Ok((
+                        StatusCode::OK,
+                        AnswerBody::later(move || json::order_answer(&ticker, &order)),
+                    ))
+                }
                 Reply::Rejected(r) => Err(r.into()),
                 other => Err(internal(&other)),
             }),
         )
         .await;
-    respond(answer)
+    respond_write(answer)
 }
 
 fn parse_order_id(id: &str) -> Result<u64, ApiError> {
@@ -383,16 +406,18 @@ async fn cancel_all(
             Some(caller),
             Box::new(move |_, key| Ok(Command::CancelAll { key: key.expect("authenticated"), market, series })),
             Box::new(|_, reply| match reply {
-                Reply::Canceled { order_ids } => ok(
+                Reply::Canceled { order_ids } => Ok((
                     StatusCode::OK,
-                    json!({ "canceled_order_ids": order_ids.iter().map(u64::to_string).collect::<Vec<_>>() }),
-                ),
+                    AnswerBody::Ready(
+                        json!({ "canceled_order_ids": order_ids.iter().map(u64::to_string).collect::<Vec<_>>() }),
+                    ),
+                )),
                 Reply::Rejected(r) => Err(r.into()),
                 other => Err(internal(&other)),
             }),
         )
         .await;
-    respond(answer)
+    respond_write(answer)
 }
 
 // ----- account reads ---------------------------------------------------------------------
