@@ -303,6 +303,9 @@ struct Loop {
     buckets: HashMap<KeyIdx, Bucket>,
     last_ts: u64,
     snapshot_seq: u64,
+    /// The snapshot writer thread's queue, and whether it is writing one.
+    snapshots: Sender<replay::SnapshotJob>,
+    snapshot_busy: Arc<AtomicBool>,
 }
 
 fn run(
@@ -314,6 +317,16 @@ fn run(
     mut events: EventSink,
     stop: Arc<AtomicBool>,
 ) -> Node {
+    let sync_failed: Arc<OnceLock<String>> = Arc::new(OnceLock::new());
+    let snapshot_busy = Arc::new(AtomicBool::new(false));
+    let (snapshots, snapshot_rx) = crossbeam_channel::bounded::<replay::SnapshotJob>(1);
+    let snapshotter = {
+        let (failed, busy) = (sync_failed.clone(), snapshot_busy.clone());
+        std::thread::Builder::new()
+            .name("snapshot".into())
+            .spawn(move || snapshot_loop(snapshot_rx, failed, busy))
+            .expect("spawn the snapshot thread")
+    };
     let mut this = Loop {
         node,
         settings,
@@ -322,8 +335,9 @@ fn run(
         buckets: HashMap::new(),
         last_ts: 0,
         snapshot_seq: 0,
+        snapshots,
+        snapshot_busy: snapshot_busy.clone(),
     };
-    let sync_failed: Arc<OnceLock<String>> = Arc::new(OnceLock::new());
     let (commit_tx, commit_rx) = crossbeam_channel::bounded::<Closed>(COMMIT_PIPELINE);
     let committer = {
         let failed = sync_failed.clone();
@@ -403,16 +417,46 @@ fn run(
     if committer.join().is_err() {
         tracing::error!("the journal sync thread panicked");
     }
-    if let Some(why) = sync_failed.get() {
-        this.node.fail(why.clone());
+    let Loop {
+        mut node,
+        snapshots,
+        ..
+    } = this;
+    drop(snapshots);
+    if snapshotter.join().is_err() {
+        tracing::error!("the snapshot thread panicked");
     }
-    if let Err(e) = this.node.sync() {
+    if let Some(why) = sync_failed.get() {
+        node.fail(why.clone());
+    }
+    if let Err(e) = node.sync() {
         tracing::error!(error = %e, "journal sync at shutdown failed");
     }
-    if let Err(e) = this.node.snapshot() {
+    if let Err(e) = node.snapshot() {
         tracing::warn!(error = %e, "snapshot at shutdown failed");
     }
-    this.node
+    node
+}
+
+/// The snapshot thread: writes each job, reports a failed journal sync as
+/// the commit thread does.
+fn snapshot_loop(
+    rx: Receiver<replay::SnapshotJob>,
+    failed: Arc<OnceLock<String>>,
+    busy: Arc<AtomicBool>,
+) {
+    for job in rx {
+        let seq = job.seq();
+        match job.write() {
+            Ok(path) => tracing::info!(seq, path = %path.display(), "snapshot written"),
+            Err(replay::NodeError::Journal(e)) => {
+                tracing::error!(error = %e, "journal sync before a snapshot failed");
+                let _ = failed.set(e.to_string());
+            }
+            Err(e) => tracing::warn!(seq, error = %e, "snapshot failed"),
+        }
+        busy.store(false, Ordering::Release);
+    }
 }
 
 /// A batch the sequencer is done with, waiting for the disk.
@@ -543,16 +587,29 @@ impl Loop {
         }
     }
 
+    /// Every `snapshot_every` commands, a copy of the state goes to the
+    /// snapshot thread, which syncs the journal up to it and writes it: the
+    /// sequencer pays for the copy only, never for the encoding or the disk.
+    /// While one is being written the next waits.
     fn maybe_snapshot(&mut self) {
         let every = self.settings.snapshot_every;
         let seq = self.node.state().last_seq;
-        if every > 0 && seq >= self.snapshot_seq + every {
-            self.snapshot_seq = seq;
-            match self.node.snapshot() {
-                Ok(Some(path)) => tracing::info!(path = %path.display(), "snapshot written"),
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "snapshot failed"),
+        if every == 0
+            || seq < self.snapshot_seq + every
+            || self.snapshot_busy.load(Ordering::Acquire)
+        {
+            return;
+        }
+        self.snapshot_seq = seq;
+        match self.node.snapshot_job() {
+            Ok(Some(job)) => {
+                self.snapshot_busy.store(true, Ordering::Release);
+                if self.snapshots.try_send(job).is_err() {
+                    self.snapshot_busy.store(false, Ordering::Release);
+                }
             }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "snapshot failed"),
         }
     }
 

@@ -2169,11 +2169,54 @@ fn answers_leave_after_the_journal_sync_and_match_the_reads() {
     assert!(metric(&v, "updown_journal_syncs_total") > syncs_before);
     assert_order_shape(&placed);
     let read = v.read(&format!("/portfolio/orders/{}", id_of(&placed)), a.key());
-    assert_eq!(read["order"], placed, "the write's answer is the read's record");
+    assert_eq!(
+        read["order"], placed,
+        "the write's answer is the read's record"
+    );
     let canceled = v.delete(&format!("/portfolio/orders/{}", id_of(&placed)), a.key());
     let canceled = canceled.ok(200)["order"].clone();
     assert_eq!(canceled["status"], "canceled");
     v.restart();
     let after = v.read(&format!("/portfolio/orders/{}", id_of(&placed)), a.key());
     assert_eq!(after["order"], canceled);
+}
+
+/// Periodic snapshots are written by the snapshot thread, never ahead of
+/// the durable journal, and a restart starts from the newest one with
+/// nothing lost.
+#[test]
+fn periodic_snapshots_are_written_off_the_sequencer_and_restart_from_them() {
+    let mut v = Venue::start_with(|c| c.snapshot_every = 10);
+    let a = v.trader("100.00");
+    let market = v.open_market(SERIES_A);
+    let mut placed = Vec::new();
+    // Within the rate limit's burst of 20.
+    for i in 0..18 {
+        let price = format!("0.{:02}", 10 + i);
+        placed.push(id_of(
+            &v.place_ok(a.key(), &buy(&market, "up", &price, "1")),
+        ));
+    }
+    let dir = v.config.snapshot_dir();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let snapshots = loop {
+        let found = replay::snapshot::list(&dir);
+        if found.len() >= 2 || std::time::Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        snapshots.len() >= 2,
+        "snapshots every 10 commands: {snapshots:?}"
+    );
+    for (seq, path) in &snapshots {
+        let state = replay::snapshot::load(path).expect("a whole, checksummed snapshot");
+        assert_eq!(state.last_seq, *seq);
+    }
+    v.restart();
+    for id in &placed {
+        let order = v.read(&format!("/portfolio/orders/{id}"), a.key());
+        assert_eq!(order["order"]["status"], "resting");
+    }
 }

@@ -397,6 +397,25 @@ impl Journal {
         Ok(point)
     }
 
+    /// A point covering every record appended so far, whatever the policy
+    /// (for a snapshot, which must never describe records that are not
+    /// durable). `None` when nothing was appended to the active segment; a
+    /// roll synced the older ones.
+    pub fn sync_point(&mut self) -> Result<Option<SyncPoint>, JournalError> {
+        if self.poisoned {
+            return Err(JournalError::Poisoned);
+        }
+        let last_seq = self.last_seq.unwrap_or(0);
+        let point = self.active.as_ref().map(|a| SyncPoint {
+            file: a.file.clone(),
+            segment: a.index,
+            path: a.path.clone(),
+            seq: last_seq,
+        });
+        self.deferred |= point.is_some();
+        Ok(point)
+    }
+
     /// Refuses every later append, commit and sync: a deferred sync failed,
     /// so what was appended may not be on the disk.
     pub fn poison(&mut self) {

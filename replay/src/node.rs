@@ -231,6 +231,24 @@ impl Node {
         self.failed.is_some()
     }
 
+    /// A snapshot to write on another thread: a copy of the state now and
+    /// the journal point that must be durable before the snapshot may
+    /// exist. `None` without a snapshot folder.
+    pub fn snapshot_job(&mut self) -> Result<Option<SnapshotJob>, NodeError> {
+        let Some(dir) = self.snapshot_dir.clone() else {
+            return Ok(None);
+        };
+        if let Some(why) = &self.failed {
+            return Err(NodeError::Stopped(why.clone()));
+        }
+        let point = self.journal.sync_point()?;
+        Ok(Some(SnapshotJob {
+            dir,
+            state: Box::new(self.state.clone()),
+            point,
+        }))
+    }
+
     /// Writes a snapshot of the current state (after syncing the journal,
     /// so a snapshot never runs ahead of what is durable).
     pub fn snapshot(&mut self) -> Result<Option<PathBuf>, NodeError> {
@@ -239,5 +257,28 @@ impl Node {
         };
         self.journal.sync()?;
         Ok(Some(snapshot::write(&dir, &self.state)?))
+    }
+}
+
+/// A snapshot taken by [`Node::snapshot_job`], written by [`SnapshotJob::write`].
+pub struct SnapshotJob {
+    dir: PathBuf,
+    state: Box<State>,
+    point: Option<SyncPoint>,
+}
+
+impl SnapshotJob {
+    /// The seq the snapshot holds.
+    pub fn seq(&self) -> u64 {
+        self.state.last_seq
+    }
+
+    /// Syncs the journal up to the snapshot's seq, then writes the
+    /// snapshot (checksummed, under a temporary name, renamed into place).
+    pub fn write(self) -> Result<PathBuf, NodeError> {
+        if let Some(point) = &self.point {
+            point.sync()?;
+        }
+        Ok(snapshot::write(&self.dir, &self.state)?)
     }
 }
