@@ -10,10 +10,26 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+/// What one route answered, and how fast.
+struct RouteStats {
+    statuses: BTreeMap<u16, u64>,
+    latency_us: Histogram<u64>,
+}
+
+impl RouteStats {
+    fn new() -> RouteStats {
+        RouteStats {
+            statuses: BTreeMap::new(),
+            latency_us: Histogram::new_with_bounds(1, 60_000_000, 2).expect("histogram bounds"),
+        }
+    }
+}
+
 /// Counters and histograms of one server.
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, u16), u64>>,
-    latency_us: Mutex<BTreeMap<String, Histogram<u64>>>,
+    /// Per route: answers by status and the latency histogram. One lock,
+    /// and no allocation once a route was seen.
+    routes: Mutex<BTreeMap<String, RouteStats>>,
     pub batches: AtomicU64,
     pub jobs: AtomicU64,
     pub queue_depth: AtomicU64,
@@ -28,8 +44,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self {
-            requests: Mutex::new(BTreeMap::new()),
-            latency_us: Mutex::new(BTreeMap::new()),
+            routes: Mutex::new(BTreeMap::new()),
             batches: AtomicU64::new(0),
             jobs: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
@@ -46,15 +61,17 @@ impl Default for Metrics {
 impl Metrics {
     /// One HTTP request done.
     pub fn record_request(&self, route: &str, status: u16, elapsed: Duration) {
-        if let Ok(mut map) = self.requests.lock() {
-            *map.entry((route.to_string(), status)).or_default() += 1;
-        }
-        if let Ok(mut map) = self.latency_us.lock() {
-            let histogram = map.entry(route.to_string()).or_insert_with(|| {
-                Histogram::new_with_bounds(1, 60_000_000, 2).expect("histogram bounds")
-            });
-            histogram.saturating_record(elapsed.as_micros() as u64);
-        }
+        let Ok(mut routes) = self.routes.lock() else {
+            return;
+        };
+        let stats = match routes.get_mut(route) {
+            Some(stats) => stats,
+            None => routes.entry(route.to_string()).or_insert_with(RouteStats::new),
+        };
+        *stats.statuses.entry(status).or_default() += 1;
+        stats
+            .latency_us
+            .saturating_record(elapsed.as_micros() as u64);
     }
 
     /// One sequencer batch done.
@@ -77,18 +94,19 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "# TYPE updown_http_requests_total counter");
-        if let Ok(map) = self.requests.lock() {
-            for ((route, status), n) in map.iter() {
-                let _ = writeln!(
-                    out,
-                    "updown_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
-                );
+        if let Ok(routes) = self.routes.lock() {
+            let _ = writeln!(out, "# TYPE updown_http_requests_total counter");
+            for (route, stats) in routes.iter() {
+                for (status, n) in &stats.statuses {
+                    let _ = writeln!(
+                        out,
+                        "updown_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                    );
+                }
             }
-        }
-        let _ = writeln!(out, "# TYPE updown_http_latency_us summary");
-        if let Ok(map) = self.latency_us.lock() {
-            for (route, h) in map.iter() {
+            let _ = writeln!(out, "# TYPE updown_http_latency_us summary");
+            for (route, stats) in routes.iter() {
+                let h = &stats.latency_us;
                 for q in [0.5, 0.99, 0.999] {
                     let _ = writeln!(
                         out,
