@@ -66,7 +66,9 @@ impl Metrics {
         };
         let stats = match routes.get_mut(route) {
             Some(stats) => stats,
-            None => routes.entry(route.to_string()).or_insert_with(RouteStats::new),
+            None => routes
+                .entry(route.to_string())
+                .or_insert_with(RouteStats::new),
         };
         *stats.statuses.entry(status).or_default() += 1;
         stats

@@ -2220,3 +2220,20 @@ fn periodic_snapshots_are_written_off_the_sequencer_and_restart_from_them() {
         assert_eq!(order["order"]["status"], "resting");
     }
 }
+
+/// The operator's token file is the owner's alone: a loosened one is set
+/// back to 0600 at start, and the token in it keeps working.
+#[test]
+fn a_loosened_admin_token_file_is_tightened_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut v = Venue::start();
+    let path = gateway::server::admin_token_path(&v.config.data_dir);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    let token = std::fs::read_to_string(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    v.restart();
+    assert_eq!(mode(&path), 0o600, "tightened at start");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), token, "same token");
+    v.create_account("1.00");
+}
