@@ -381,20 +381,12 @@ impl Journal {
             return Ok(None);
         }
         self.last_flush = Instant::now();
-        let last_seq = self.last_seq.unwrap_or(0);
-        let point = self.active.as_mut().and_then(|a| {
-            (a.pos > a.synced).then(|| {
-                a.synced = a.pos;
-                SyncPoint {
-                    file: a.file.clone(),
-                    segment: a.index,
-                    path: a.path.clone(),
-                    seq: last_seq,
-                }
-            })
+        let unsynced = self.active.as_mut().is_some_and(|a| {
+            let unsynced = a.pos > a.synced;
+            a.synced = a.pos;
+            unsynced
         });
-        self.deferred |= point.is_some();
-        Ok(point)
+        Ok(if unsynced { self.point() } else { None })
     }
 
     /// A point covering every record appended so far, whatever the policy
@@ -405,15 +397,21 @@ impl Journal {
         if self.poisoned {
             return Err(JournalError::Poisoned);
         }
-        let last_seq = self.last_seq.unwrap_or(0);
+        Ok(self.point())
+    }
+
+    /// A point at the end of the active segment; the next flush must not
+    /// be skipped while it may be in flight.
+    fn point(&mut self) -> Option<SyncPoint> {
+        let seq = self.last_seq.unwrap_or(0);
         let point = self.active.as_ref().map(|a| SyncPoint {
             file: a.file.clone(),
             segment: a.index,
             path: a.path.clone(),
-            seq: last_seq,
+            seq,
         });
         self.deferred |= point.is_some();
-        Ok(point)
+        point
     }
 
     /// Refuses every later append, commit and sync: a deferred sync failed,
