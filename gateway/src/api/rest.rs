@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use crate::api::json;
 use crate::api::parse::{order_body, Params};
 use crate::auth::{self, Lockout};
-use crate::engine::{Answer, AnswerBody, Finished, Submitter};
+use crate::engine::{Answer, AnswerBody, FinishFn, Finished, Submitter};
 use crate::error::ApiError;
 
 /// An `{order_id}` path segment; one that cannot be read is no order.
@@ -306,20 +306,26 @@ async fn place_order(
                     },
                 })
             }),
-            Box::new(|state, reply| match reply {
-                Reply::Order { order, .. } => {
-                    let ticker = json::ticker(state, order.market).to_string();
-                    Ok((
-                        StatusCode::CREATED,
-                        AnswerBody::later(move || json::order_answer(&ticker, &order)),
-                    ))
-                }
-                Reply::Rejected(r) => Err(r.into()),
-                other => Err(internal(&other)),
-            }),
+            order_answer(StatusCode::CREATED),
         )
         .await;
     respond_write(answer)
+}
+
+/// The answer of a write whose reply is one order: `{"order": Order}`,
+/// written on the gateway thread from the order and its market's ticker.
+fn order_answer(status: StatusCode) -> FinishFn {
+    Box::new(move |state, reply| match reply {
+        Reply::Order { order, .. } => {
+            let ticker = json::ticker(state, order.market).to_string();
+            Ok((
+                status,
+                AnswerBody::later(move || json::order_answer(&ticker, &order)),
+            ))
+        }
+        Reply::Rejected(r) => Err(r.into()),
+        other => Err(internal(&other)),
+    })
 }
 
 fn internal(reply: &Reply) -> ApiError {
@@ -352,17 +358,7 @@ async fn cancel_order(
                     order_id,
                 })
             }),
-            Box::new(|state, reply| match reply {
-                Reply::Order { order, .. } => {
-                    let ticker = json::ticker(state, order.market).to_string();
-                    Ok((
-                        StatusCode::OK,
-                        AnswerBody::later(move || json::order_answer(&ticker, &order)),
-                    ))
-                }
-                Reply::Rejected(r) => Err(r.into()),
-                other => Err(internal(&other)),
-            }),
+            order_answer(StatusCode::OK),
         )
         .await;
     respond_write(answer)
