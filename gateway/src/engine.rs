@@ -377,10 +377,13 @@ fn run(
         for job in batch.drain(..) {
             answers.push(this.handle(job));
         }
+        let was_stopped = this.node.is_stopped();
         let (point, confirmed) = match this.node.commit_deferred() {
             Ok(point) => (point, true),
             Err(e) => {
-                tracing::error!(error = %e, "journal commit failed; refusing writes from now on");
+                if !was_stopped {
+                    tracing::error!(error = %e, "journal commit failed; refusing writes from now on");
+                }
                 (None, false)
             }
         };
