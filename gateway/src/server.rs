@@ -23,6 +23,8 @@ use crate::metrics::Metrics;
 
 /// The OpenAPI document, served at `/v1/openapi.json`.
 pub const OPENAPI: &str = include_str!("../openapi.json");
+/// The websocket's AsyncAPI document, served at `/v1/asyncapi.json`.
+pub const ASYNCAPI: &str = include_str!("../asyncapi.json");
 
 /// Why the venue could not start.
 #[derive(Debug, thiserror::Error)]

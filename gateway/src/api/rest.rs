@@ -97,6 +97,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/markets/{ticker}/orderbook"),
     ("GET", "/markets/{ticker}/trades"),
     ("GET", "/openapi.json"),
+    ("GET", "/asyncapi.json"),
 ];
 
 /// The handler of one entry of [`ROUTES`].
@@ -116,6 +117,7 @@ fn handler(method: &str, path: &str) -> MethodRouter<Arc<App>> {
         ("GET", "/markets/{ticker}/orderbook") => get(orderbook),
         ("GET", "/markets/{ticker}/trades") => get(trades),
         ("GET", "/openapi.json") => get(openapi),
+        ("GET", "/asyncapi.json") => get(asyncapi),
         _ => panic!("ROUTES lists {method} {path}, which has no handler"),
     }
 }
@@ -660,6 +662,15 @@ async fn openapi(State(app): Shared) -> Response {
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         app.openapi,
+    )
+        .into_response()
+}
+
+/// The websocket's AsyncAPI document, for client generators and readers.
+async fn asyncapi() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        crate::server::ASYNCAPI,
     )
         .into_response()
 }
