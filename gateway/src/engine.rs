@@ -1,4 +1,4 @@
-//! The sequencer thread and the queue into it.
+//! The sequencer thread, the queue into it, and the commit stage after it.
 //!
 //! Pipeline (one place, numbered as it runs):
 //! 1. gateway tasks push a [`Job`] into a bounded lock-free queue;
@@ -7,20 +7,30 @@
 //!    limit (both here, so revocation and limits take effect at once);
 //! 4. it stamps, journals and applies each write through `replay::Node`,
 //!    and answers each read from the state at its place in the batch;
-//! 5. it commits the journal once for the batch (group commit);
-//! 6. only then it hands the batch's events to the publisher and sends the
+//! 5. it closes the batch: the journal hands back a `SyncPoint` (what must
+//!    reach the disk under the policy), the event sink prepares the
+//!    batch's events for the publisher, and the batch goes to the commit
+//!    thread; the sequencer takes the next batch at once;
+//! 6. the commit thread (`journal-sync`) takes every batch waiting, syncs
+//!    the journal once for all of them (group commit, pipelined: the disk
+//!    works on batch N while the sequencer applies N+1), then, batch by
+//!    batch and in order, hands the events to the publisher and sends the
 //!    answers.
 //!
-//! A failed journal write stops the node: every later write answers 503.
+//! So no answer and no event leaves before its command is durable under the
+//! policy, answers leave in the order the sequencer made them, and a read
+//! never reveals a write that is not yet durable.
+//! A failed journal write or sync stops the node: every later write answers 503.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use journal::SyncPoint;
 use replay::Node;
 use sequencer::auth::{check_key, KeyRefusal};
 use sequencer::types::{Environment, KeyIdx};
@@ -36,10 +46,30 @@ pub const BATCH_MAX: usize = 256;
 
 /// A successful answer: status and JSON body.
 pub type Answer = Result<(StatusCode, serde_json::Value), ApiError>;
+
+/// The body of a write's answer as the sequencer leaves it: JSON made
+/// there, or a recipe the gateway thread runs to write the JSON bytes. A
+/// write's `finish` copies out of the state what the answer needs and
+/// leaves the serializing to the gateway, off the one thread every command
+/// goes through.
+pub enum AnswerBody {
+    Ready(serde_json::Value),
+    Later(Box<dyn FnOnce() -> Vec<u8> + Send>),
+}
+
+impl AnswerBody {
+    /// A body written later, on the gateway thread, as JSON bytes.
+    pub fn later(make: impl FnOnce() -> Vec<u8> + Send + 'static) -> AnswerBody {
+        AnswerBody::Later(Box::new(make))
+    }
+}
+
+/// What the sequencer sends back for a job.
+pub type Finished = Result<(StatusCode, AnswerBody), ApiError>;
 /// Builds the command from the state and the caller's key.
 pub type BuildFn = Box<dyn FnOnce(&State, Option<KeyIdx>) -> Result<Command, ApiError> + Send>;
 /// Turns the reply into the answer, with the state right after the command.
-pub type FinishFn = Box<dyn FnOnce(&State, Reply) -> Answer + Send>;
+pub type FinishFn = Box<dyn FnOnce(&State, Reply) -> Finished + Send>;
 /// A read of the state.
 pub type ReadFn = Box<dyn FnOnce(&State, Option<KeyIdx>) -> Answer + Send>;
 
@@ -60,12 +90,12 @@ pub enum Job {
         caller: Option<Caller>,
         build: BuildFn,
         finish: FinishFn,
-        reply: oneshot::Sender<Answer>,
+        reply: oneshot::Sender<Finished>,
     },
     Read {
         caller: Option<Caller>,
         read: ReadFn,
-        reply: oneshot::Sender<Answer>,
+        reply: oneshot::Sender<Finished>,
     },
     /// A command from inside the venue (price feed, operator); answered with
     /// the reply as is.
@@ -118,7 +148,12 @@ impl Submitter {
     }
 
     /// Runs a write and waits for its answer.
-    pub async fn write(&self, caller: Option<Caller>, build: BuildFn, finish: FinishFn) -> Answer {
+    pub async fn write(
+        &self,
+        caller: Option<Caller>,
+        build: BuildFn,
+        finish: FinishFn,
+    ) -> Finished {
         let (reply, rx) = oneshot::channel();
         self.push(Job::Write {
             caller,
@@ -139,7 +174,13 @@ impl Submitter {
             reply,
         })
         .await?;
-        self.wait(rx).await?
+        match self.wait(rx).await?? {
+            (status, AnswerBody::Ready(value)) => Ok((status, value)),
+            (_, AnswerBody::Later(_)) => Err(ApiError::new(
+                sequencer::ErrorCode::InternalError,
+                "Internal error.",
+            )),
+        }
     }
 
     /// Submits a command from inside the venue and waits for its reply.
@@ -183,8 +224,19 @@ pub struct EngineSettings {
 /// Failed authentications reported back to the gateway for its lockout.
 pub type FailureSink = Arc<dyn Fn(IpAddr) + Send + Sync>;
 
-/// Events of each batch go here (the websocket publisher).
-pub type EventSink = Box<dyn FnMut(&State, &[Event]) + Send>;
+/// Hands one batch's events to the publisher; runs on the commit thread
+/// once the batch is durable.
+pub type Delivery = Box<dyn FnOnce() + Send>;
+
+/// Events of each batch go here (the websocket publisher). Called on the
+/// sequencer thread with the state right after the batch; it prepares what
+/// to publish (clones, a picture) and returns the delivery, which the commit
+/// thread runs after the batch's sync.
+pub type EventSink = Box<dyn FnMut(&State, &[Event]) -> Option<Delivery> + Send>;
+
+/// Batches applied but not yet durable; the sequencer waits when this many
+/// are in flight (the disk is the bottleneck then, and batches grow).
+const COMMIT_PIPELINE: usize = 8;
 
 /// A token bucket per key for new orders.
 struct Bucket {
@@ -251,6 +303,9 @@ struct Loop {
     buckets: HashMap<KeyIdx, Bucket>,
     last_ts: u64,
     snapshot_seq: u64,
+    /// The snapshot writer thread's queue, and whether it is writing one.
+    snapshots: Sender<replay::SnapshotJob>,
+    snapshot_busy: Arc<AtomicBool>,
 }
 
 fn run(
@@ -262,19 +317,40 @@ fn run(
     mut events: EventSink,
     stop: Arc<AtomicBool>,
 ) -> Node {
+    let sync_failed: Arc<OnceLock<String>> = Arc::new(OnceLock::new());
+    let snapshot_busy = Arc::new(AtomicBool::new(false));
+    let (snapshots, snapshot_rx) = crossbeam_channel::bounded::<replay::SnapshotJob>(1);
+    let snapshotter = {
+        let (failed, busy) = (sync_failed.clone(), snapshot_busy.clone());
+        std::thread::Builder::new()
+            .name("snapshot".into())
+            .spawn(move || snapshot_loop(snapshot_rx, failed, busy))
+            .expect("spawn the snapshot thread")
+    };
     let mut this = Loop {
         node,
         settings,
-        metrics,
+        metrics: metrics.clone(),
         failures,
         buckets: HashMap::new(),
         last_ts: 0,
         snapshot_seq: 0,
+        snapshots,
+        snapshot_busy: snapshot_busy.clone(),
+    };
+    let (commit_tx, commit_rx) = crossbeam_channel::bounded::<Closed>(COMMIT_PIPELINE);
+    let committer = {
+        let failed = sync_failed.clone();
+        std::thread::Builder::new()
+            .name("journal-sync".into())
+            .spawn(move || commit_loop(commit_rx, failed, metrics))
+            .expect("spawn the journal sync thread")
     };
     let mut batch: Vec<Job> = Vec::with_capacity(BATCH_MAX);
-    let mut answers: Vec<Pending> = Vec::with_capacity(BATCH_MAX);
     // The publisher's first picture of the state, before any new command.
-    events(this.node.state(), &[]);
+    if let Some(delivery) = events(this.node.state(), &[]) {
+        delivery();
+    }
     loop {
         let wait = this.until_due();
         match rx.recv_timeout(wait) {
@@ -288,25 +364,46 @@ fn run(
                 Err(_) => break,
             }
         }
+        if let Some(why) = sync_failed.get() {
+            if !this.node.is_stopped() {
+                tracing::error!(error = %why, "journal sync failed; refusing writes from now on");
+                this.node.fail(why.clone());
+            }
+        }
         let started = Instant::now();
         let jobs = batch.len();
         this.tick_if_due();
+        let mut answers = Vec::with_capacity(jobs);
         for job in batch.drain(..) {
             answers.push(this.handle(job));
         }
-        let committed = this.node.commit();
-        if let Err(e) = &committed {
-            tracing::error!(error = %e, "journal commit failed; refusing writes from now on");
-        }
-        // The publisher gets the batch before its callers get their answers,
-        // so a client that subscribes right after its answer sees its own
-        // change in the snapshot.
-        if !this.node.events().is_empty() {
-            events(this.node.state(), this.node.events());
+        let was_stopped = this.node.is_stopped();
+        let (point, confirmed) = match this.node.commit_deferred() {
+            Ok(point) => (point, true),
+            Err(e) => {
+                if !was_stopped {
+                    tracing::error!(error = %e, "journal commit failed; refusing writes from now on");
+                }
+                (None, false)
+            }
+        };
+        let delivery = if this.node.events().is_empty() {
+            None
+        } else {
+            let delivery = events(this.node.state(), this.node.events());
             this.node.drain_events();
-        }
-        for pending in answers.drain(..) {
-            pending.send(committed.is_ok());
+            delivery
+        };
+        let closed = Closed {
+            point,
+            confirmed,
+            delivery,
+            answers,
+            closed_at: Instant::now(),
+        };
+        if commit_tx.send(closed).is_err() {
+            tracing::error!("the journal sync thread is gone; stopping");
+            break;
         }
         this.metrics.record_batch(
             jobs as u64,
@@ -319,20 +416,123 @@ fn run(
             break;
         }
     }
-    if let Err(e) = this.node.sync() {
+    drop(commit_tx);
+    if committer.join().is_err() {
+        tracing::error!("the journal sync thread panicked");
+    }
+    let Loop {
+        mut node,
+        snapshots,
+        ..
+    } = this;
+    drop(snapshots);
+    if snapshotter.join().is_err() {
+        tracing::error!("the snapshot thread panicked");
+    }
+    if let Some(why) = sync_failed.get() {
+        node.fail(why.clone());
+    }
+    if let Err(e) = node.sync() {
         tracing::error!(error = %e, "journal sync at shutdown failed");
     }
-    if let Err(e) = this.node.snapshot() {
+    if let Err(e) = node.snapshot() {
         tracing::warn!(error = %e, "snapshot at shutdown failed");
     }
-    this.node
+    node
+}
+
+/// The snapshot thread: writes each job, reports a failed journal sync as
+/// the commit thread does.
+fn snapshot_loop(
+    rx: Receiver<replay::SnapshotJob>,
+    failed: Arc<OnceLock<String>>,
+    busy: Arc<AtomicBool>,
+) {
+    for job in rx {
+        let seq = job.seq();
+        match job.write() {
+            Ok(path) => tracing::info!(seq, path = %path.display(), "snapshot written"),
+            Err(replay::NodeError::Journal(e)) => {
+                tracing::error!(error = %e, "journal sync before a snapshot failed");
+                let _ = failed.set(e.to_string());
+            }
+            Err(e) => tracing::warn!(seq, error = %e, "snapshot failed"),
+        }
+        busy.store(false, Ordering::Release);
+    }
+}
+
+/// A batch the sequencer is done with, waiting for the disk.
+struct Closed {
+    /// What must be durable before anything of this batch leaves.
+    point: Option<SyncPoint>,
+    /// False when the journal refused the commit: the writes answer 503.
+    confirmed: bool,
+    delivery: Option<Delivery>,
+    answers: Vec<Pending>,
+    closed_at: Instant,
+}
+
+/// Batches waiting together share one sync.
+const COMMIT_MAX: usize = 64;
+
+/// The commit stage: sync, then publish and answer, in the sequencer's order.
+fn commit_loop(rx: Receiver<Closed>, failed: Arc<OnceLock<String>>, metrics: Arc<Metrics>) {
+    let mut ready: Vec<Closed> = Vec::with_capacity(COMMIT_MAX);
+    while let Ok(first) = rx.recv() {
+        ready.push(first);
+        while ready.len() < COMMIT_MAX {
+            match rx.try_recv() {
+                Ok(closed) => ready.push(closed),
+                Err(_) => break,
+            }
+        }
+        // Once a sync failed nothing later is confirmed: its writes may sit
+        // after the lost range.
+        let mut durable = failed.get().is_none();
+        if durable {
+            let points: Vec<&SyncPoint> = ready.iter().filter_map(|c| c.point.as_ref()).collect();
+            for (i, point) in points.iter().enumerate() {
+                // Syncing a segment's last point covers its earlier ones.
+                if points
+                    .get(i + 1)
+                    .is_some_and(|next| next.same_segment(point))
+                {
+                    continue;
+                }
+                if let Err(e) = point.sync() {
+                    tracing::error!(error = %e, seq = point.seq(), "journal sync failed");
+                    let _ = failed.set(e.to_string());
+                    durable = false;
+                    break;
+                }
+                metrics.journal_syncs.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut oldest = None;
+        for closed in ready.drain(..) {
+            let committed = durable && closed.confirmed;
+            if committed {
+                if let Some(delivery) = closed.delivery {
+                    delivery();
+                }
+            }
+            for pending in closed.answers {
+                pending.send(committed);
+            }
+            oldest.get_or_insert(closed.closed_at);
+        }
+        if let Some(oldest) = oldest {
+            metrics.record_commit(oldest.elapsed());
+        }
+    }
 }
 
 /// An answer held until the batch is committed.
 enum Pending {
     Http {
-        reply: oneshot::Sender<Answer>,
-        answer: Answer,
+        reply: oneshot::Sender<Finished>,
+        answer: Finished,
         wrote: bool,
     },
     Internal {
@@ -390,16 +590,29 @@ impl Loop {
         }
     }
 
+    /// Every `snapshot_every` commands, a copy of the state goes to the
+    /// snapshot thread, which syncs the journal up to it and writes it: the
+    /// sequencer pays for the copy only, never for the encoding or the disk.
+    /// While one is being written the next waits.
     fn maybe_snapshot(&mut self) {
         let every = self.settings.snapshot_every;
         let seq = self.node.state().last_seq;
-        if every > 0 && seq >= self.snapshot_seq + every {
-            self.snapshot_seq = seq;
-            match self.node.snapshot() {
-                Ok(Some(path)) => tracing::info!(path = %path.display(), "snapshot written"),
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "snapshot failed"),
+        if every == 0
+            || seq < self.snapshot_seq + every
+            || self.snapshot_busy.load(Ordering::Acquire)
+        {
+            return;
+        }
+        self.snapshot_seq = seq;
+        match self.node.snapshot_job() {
+            Ok(Some(job)) => {
+                self.snapshot_busy.store(true, Ordering::Release);
+                if self.snapshots.try_send(job).is_err() {
+                    self.snapshot_busy.store(false, Ordering::Release);
+                }
             }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "snapshot failed"),
         }
     }
 
@@ -421,7 +634,8 @@ impl Loop {
                 let answer = match self.authenticate(caller.as_ref()) {
                     Ok(key) => read(self.node.state(), key),
                     Err(e) => Err(e),
-                };
+                }
+                .map(|(status, value)| (status, AnswerBody::Ready(value)));
                 Pending::Http {
                     reply,
                     answer,
@@ -445,7 +659,7 @@ impl Loop {
         }
     }
 
-    fn write(&mut self, caller: Option<&Caller>, build: BuildFn, finish: FinishFn) -> Answer {
+    fn write(&mut self, caller: Option<&Caller>, build: BuildFn, finish: FinishFn) -> Finished {
         let key = self.authenticate(caller)?;
         if let (Some(caller), Some(key)) = (caller, key) {
             if caller.rate_limited {

@@ -13,10 +13,26 @@ use hdrhistogram::Histogram;
 
 use crate::ws::Hub;
 
+/// What one route answered, and how fast.
+struct RouteStats {
+    statuses: BTreeMap<u16, u64>,
+    latency_us: Histogram<u64>,
+}
+
+impl RouteStats {
+    fn new() -> RouteStats {
+        RouteStats {
+            statuses: BTreeMap::new(),
+            latency_us: Histogram::new_with_bounds(1, 60_000_000, 2).expect("histogram bounds"),
+        }
+    }
+}
+
 /// Counters and histograms of one server.
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, u16), u64>>,
-    latency_us: Mutex<BTreeMap<String, Histogram<u64>>>,
+    /// Per route: answers by status and the latency histogram. One lock,
+    /// and no allocation once a route was seen.
+    routes: Mutex<BTreeMap<String, RouteStats>>,
     pub batches: AtomicU64,
     pub jobs: AtomicU64,
     pub queue_depth: AtomicU64,
@@ -25,13 +41,13 @@ pub struct Metrics {
     pub rate_limited: AtomicU64,
     pub lockouts: AtomicU64,
     pub journal_lag_ms: AtomicU64,
+    pub journal_syncs: AtomicU64,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         Self {
-            requests: Mutex::new(BTreeMap::new()),
-            latency_us: Mutex::new(BTreeMap::new()),
+            routes: Mutex::new(BTreeMap::new()),
             batches: AtomicU64::new(0),
             jobs: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
@@ -40,6 +56,7 @@ impl Default for Metrics {
             rate_limited: AtomicU64::new(0),
             lockouts: AtomicU64::new(0),
             journal_lag_ms: AtomicU64::new(0),
+            journal_syncs: AtomicU64::new(0),
         }
     }
 }
@@ -47,15 +64,19 @@ impl Default for Metrics {
 impl Metrics {
     /// One HTTP request done.
     pub fn record_request(&self, route: &str, status: u16, elapsed: Duration) {
-        if let Ok(mut map) = self.requests.lock() {
-            *map.entry((route.to_string(), status)).or_default() += 1;
-        }
-        if let Ok(mut map) = self.latency_us.lock() {
-            let histogram = map.entry(route.to_string()).or_insert_with(|| {
-                Histogram::new_with_bounds(1, 60_000_000, 2).expect("histogram bounds")
-            });
-            histogram.saturating_record(elapsed.as_micros() as u64);
-        }
+        let Ok(mut routes) = self.routes.lock() else {
+            return;
+        };
+        let stats = match routes.get_mut(route) {
+            Some(stats) => stats,
+            None => routes
+                .entry(route.to_string())
+                .or_insert_with(RouteStats::new),
+        };
+        *stats.statuses.entry(status).or_default() += 1;
+        stats
+            .latency_us
+            .saturating_record(elapsed.as_micros() as u64);
     }
 
     /// One sequencer batch done.
@@ -66,25 +87,31 @@ impl Metrics {
             .fetch_add(busy.as_micros() as u64, Ordering::Relaxed);
         self.queue_depth.store(queue_depth, Ordering::Relaxed);
         self.last_seq.store(last_seq, Ordering::Relaxed);
+    }
+
+    /// Batches made durable and answered; `lag` is how long the oldest of
+    /// them waited after the sequencer closed it.
+    pub fn record_commit(&self, lag: Duration) {
         self.journal_lag_ms
-            .store(busy.as_millis() as u64, Ordering::Relaxed);
+            .store(lag.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "# TYPE updown_http_requests_total counter");
-        if let Ok(map) = self.requests.lock() {
-            for ((route, status), n) in map.iter() {
-                let _ = writeln!(
-                    out,
-                    "updown_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
-                );
+        if let Ok(routes) = self.routes.lock() {
+            let _ = writeln!(out, "# TYPE updown_http_requests_total counter");
+            for (route, stats) in routes.iter() {
+                for (status, n) in &stats.statuses {
+                    let _ = writeln!(
+                        out,
+                        "updown_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                    );
+                }
             }
-        }
-        let _ = writeln!(out, "# TYPE updown_http_latency_us summary");
-        if let Ok(map) = self.latency_us.lock() {
-            for (route, h) in map.iter() {
+            let _ = writeln!(out, "# TYPE updown_http_latency_us summary");
+            for (route, stats) in routes.iter() {
+                let h = &stats.latency_us;
                 for q in [0.5, 0.99, 0.999] {
                     let _ = writeln!(
                         out,
@@ -129,6 +156,11 @@ impl Metrics {
                 "updown_journal_commit_lag_ms",
                 "gauge",
                 self.journal_lag_ms.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_journal_syncs_total",
+                "counter",
+                self.journal_syncs.load(Ordering::Relaxed),
             ),
             (
                 "updown_rate_limited_total",

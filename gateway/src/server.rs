@@ -23,6 +23,8 @@ use crate::metrics::Metrics;
 
 /// The OpenAPI document, served at `/v1/openapi.json`.
 pub const OPENAPI: &str = include_str!("../openapi.json");
+/// The websocket's AsyncAPI document, served at `/v1/asyncapi.json`.
+pub const ASYNCAPI: &str = include_str!("../asyncapi.json");
 
 /// Why the venue could not start.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +74,10 @@ pub fn server_file_path(data_dir: &Path) -> PathBuf {
     data_dir.join("server.json")
 }
 
+/// The operator's token: read from the data directory, or made there. The
+/// file is readable by its owner only: created so (never world-readable,
+/// not even for a moment), and an existing one with looser permissions is
+/// tightened, with a warning.
 fn admin_token(data_dir: &Path) -> Result<String, StartError> {
     let path = admin_token_path(data_dir);
     let io = |source| StartError::DataDir {
@@ -79,16 +85,41 @@ fn admin_token(data_dir: &Path) -> Result<String, StartError> {
         source,
     };
     match std::fs::read_to_string(&path) {
-        Ok(token) if !token.trim().is_empty() => Ok(token.trim().to_string()),
-        _ => {
-            let token = random_token(40);
-            std::fs::write(&path, &token).map_err(io)?;
+        Ok(token) if !token.trim().is_empty() => {
             #[cfg(unix)]
             {
                 use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-                    .map_err(io)?;
+                let mode = std::fs::metadata(&path).map_err(io)?.permissions().mode();
+                if mode & 0o077 != 0 {
+                    tracing::warn!(
+                        path = %path.display(),
+                        mode = format!("{:o}", mode & 0o777),
+                        "the admin token file was readable by others; setting it to 0600"
+                    );
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                        .map_err(io)?;
+                }
             }
+            Ok(token.trim().to_string())
+        }
+        _ => {
+            use std::io::Write;
+            let token = random_token(40);
+            // A new file under a temporary name, made 0600 from the start,
+            // renamed over whatever empty or unreadable file was there.
+            let temporary = path.with_extension("token.tmp");
+            let _ = std::fs::remove_file(&temporary);
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                options.mode(0o600);
+            }
+            let mut file = options.open(&temporary).map_err(io)?;
+            file.write_all(token.as_bytes()).map_err(io)?;
+            file.sync_all().map_err(io)?;
+            std::fs::rename(&temporary, &path).map_err(io)?;
             Ok(token)
         }
     }

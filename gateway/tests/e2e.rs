@@ -2148,3 +2148,92 @@ fn unreadable_path_segments_and_stray_query_parameters_get_the_error_shape() {
     )
     .err(400, "BAD_REQUEST");
 }
+
+fn metric(v: &Venue, name: &str) -> u64 {
+    let text = v.call_root("GET", "/metrics").text;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
+}
+
+/// Group commit, pipelined: an answered order was synced by the commit
+/// thread first (the sync counter moved), the answer's bytes are the Order
+/// record the reads give, and the order is there after a restart.
+#[test]
+fn answers_leave_after_the_journal_sync_and_match_the_reads() {
+    let mut v = Venue::start();
+    let a = v.trader("100.00");
+    let market = v.open_market(SERIES_A);
+    let syncs_before = metric(&v, "updown_journal_syncs_total");
+    let placed = v.place_ok(a.key(), &buy(&market, "up", "0.31", "3"));
+    assert!(metric(&v, "updown_journal_syncs_total") > syncs_before);
+    assert_order_shape(&placed);
+    let read = v.read(&format!("/portfolio/orders/{}", id_of(&placed)), a.key());
+    assert_eq!(
+        read["order"], placed,
+        "the write's answer is the read's record"
+    );
+    let canceled = v.delete(&format!("/portfolio/orders/{}", id_of(&placed)), a.key());
+    let canceled = canceled.ok(200)["order"].clone();
+    assert_eq!(canceled["status"], "canceled");
+    v.restart();
+    let after = v.read(&format!("/portfolio/orders/{}", id_of(&placed)), a.key());
+    assert_eq!(after["order"], canceled);
+}
+
+/// Periodic snapshots are written by the snapshot thread, never ahead of
+/// the durable journal, and a restart starts from the newest one with
+/// nothing lost.
+#[test]
+fn periodic_snapshots_are_written_off_the_sequencer_and_restart_from_them() {
+    let mut v = Venue::start_with(|c| c.snapshot_every = 10);
+    let a = v.trader("100.00");
+    let market = v.open_market(SERIES_A);
+    let mut placed = Vec::new();
+    // Within the rate limit's burst of 20.
+    for i in 0..18 {
+        let price = format!("0.{:02}", 10 + i);
+        placed.push(id_of(
+            &v.place_ok(a.key(), &buy(&market, "up", &price, "1")),
+        ));
+    }
+    let dir = v.config.snapshot_dir();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let snapshots = loop {
+        let found = replay::snapshot::list(&dir);
+        if found.len() >= 2 || std::time::Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        snapshots.len() >= 2,
+        "snapshots every 10 commands: {snapshots:?}"
+    );
+    for (seq, path) in &snapshots {
+        let state = replay::snapshot::load(path).expect("a whole, checksummed snapshot");
+        assert_eq!(state.last_seq, *seq);
+    }
+    v.restart();
+    for id in &placed {
+        let order = v.read(&format!("/portfolio/orders/{id}"), a.key());
+        assert_eq!(order["order"]["status"], "resting");
+    }
+}
+
+/// The operator's token file is the owner's alone: a loosened one is set
+/// back to 0600 at start, and the token in it keeps working.
+#[test]
+fn a_loosened_admin_token_file_is_tightened_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut v = Venue::start();
+    let path = gateway::server::admin_token_path(&v.config.data_dir);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    let token = std::fs::read_to_string(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    v.restart();
+    assert_eq!(mode(&path), 0o600, "tightened at start");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), token, "same token");
+    v.create_account("1.00");
+}

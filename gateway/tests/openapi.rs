@@ -980,6 +980,14 @@ fn the_served_document_is_the_file_and_every_route_is_served() {
         DOC,
         "GET /v1/openapi.json serves gateway/openapi.json as it is"
     );
+    let reply = http(addr, "GET", "/v1/asyncapi.json", &[], None);
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("content-type"), Some("application/json"));
+    assert_eq!(
+        reply.text(),
+        include_str!("../asyncapi.json"),
+        "GET /v1/asyncapi.json serves gateway/asyncapi.json as it is"
+    );
 
     let paths: BTreeSet<&str> = ROUTES.iter().map(|(_, p)| *p).collect();
     for path in &paths {
@@ -1511,6 +1519,7 @@ fn real_answers_fit_the_document() {
         None,
     );
     c.call("GET", "/portfolio/balance", "/portfolio/balance", a, None);
+    c.call("GET", "/asyncapi.json", "/asyncapi.json", None, None);
 
     // Every documented success and a good part of the errors were seen.
     for (method, path, _) in operations(&c.doc) {

@@ -1,8 +1,9 @@
 //! The single writer: append, commit, segment roll, and recovery at open.
 
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
@@ -84,6 +85,8 @@ struct Active {
     index: u64,
     path: PathBuf,
     map: MmapMut,
+    /// The segment file, shared with the [`SyncPoint`]s handed out for it.
+    file: Arc<File>,
     /// Offset of the next record header.
     pos: usize,
     /// Bytes before this offset are known to be flushed.
@@ -108,6 +111,9 @@ pub struct Journal {
     last_seq: Option<u64>,
     last_flush: Instant,
     poisoned: bool,
+    /// A `SyncPoint` was handed out since the last flush: its sync may not
+    /// have happened yet, so the next flush must not be skipped.
+    deferred: bool,
 }
 
 impl std::fmt::Debug for Journal {
@@ -227,6 +233,7 @@ impl Journal {
                     index: tail.index,
                     path: tail.path,
                     map,
+                    file: Arc::new(file),
                     pos,
                     synced: pos,
                 });
@@ -253,6 +260,7 @@ impl Journal {
             last_seq: found.last_seq,
             last_flush: Instant::now(),
             poisoned: false,
+            deferred: false,
         };
         Ok((journal, recovery))
     }
@@ -349,6 +357,69 @@ impl Journal {
         }
     }
 
+    /// Like [`Journal::commit`], but leaves the flush itself to the caller:
+    /// when the policy wants a flush now, the records appended so far are
+    /// handed back as a [`SyncPoint`], and they are durable once
+    /// [`SyncPoint::sync`] returns `Ok`. This lets another thread wait for
+    /// the disk while the writer goes on appending (a pipelined group
+    /// commit). The journal counts the range as flushed from here on; if
+    /// the point's sync fails, the caller must stop writing (see
+    /// [`Journal::poison`]).
+    ///
+    /// `Always` flushed at every append already, and `Never` leaves flushing
+    /// to `sync`: both answer `None`.
+    pub fn commit_deferred(&mut self) -> Result<Option<SyncPoint>, JournalError> {
+        if self.poisoned {
+            return Err(JournalError::Poisoned);
+        }
+        let due = match self.durability {
+            Durability::GroupCommit => true,
+            Durability::IntervalMs(ms) => self.last_flush.elapsed() >= Duration::from_millis(ms),
+            Durability::Always | Durability::Never => false,
+        };
+        if !due {
+            return Ok(None);
+        }
+        self.last_flush = Instant::now();
+        let unsynced = self.active.as_mut().is_some_and(|a| {
+            let unsynced = a.pos > a.synced;
+            a.synced = a.pos;
+            unsynced
+        });
+        Ok(if unsynced { self.point() } else { None })
+    }
+
+    /// A point covering every record appended so far, whatever the policy
+    /// (for a snapshot, which must never describe records that are not
+    /// durable). `None` when nothing was appended to the active segment; a
+    /// roll synced the older ones.
+    pub fn sync_point(&mut self) -> Result<Option<SyncPoint>, JournalError> {
+        if self.poisoned {
+            return Err(JournalError::Poisoned);
+        }
+        Ok(self.point())
+    }
+
+    /// A point at the end of the active segment; the next flush must not
+    /// be skipped while it may be in flight.
+    fn point(&mut self) -> Option<SyncPoint> {
+        let seq = self.last_seq.unwrap_or(0);
+        let point = self.active.as_ref().map(|a| SyncPoint {
+            file: a.file.clone(),
+            segment: a.index,
+            path: a.path.clone(),
+            seq,
+        });
+        self.deferred |= point.is_some();
+        point
+    }
+
+    /// Refuses every later append, commit and sync: a deferred sync failed,
+    /// so what was appended may not be on the disk.
+    pub fn poison(&mut self) {
+        self.poisoned = true;
+    }
+
     /// Flushes everything appended so far, whatever the policy.
     pub fn sync(&mut self) -> Result<(), JournalError> {
         if self.poisoned {
@@ -378,13 +449,15 @@ impl Journal {
         self.sync()
     }
 
-    /// msyncs the range written since the last flush. On Linux msync(MS_SYNC)
-    /// writes the pages and waits like fdatasync for that range; the file's
-    /// length and blocks were made durable when the segment was created.
+    /// Makes the active segment durable: `fdatasync` of its file, which on
+    /// Linux is what `msync(MS_SYNC)` of the mapping does (see
+    /// [`SyncPoint`]), and covers ranges handed out by `commit_deferred`
+    /// whose sync may still be in flight. The file's length and blocks were
+    /// made durable when the segment was created.
     fn flush(&mut self) -> Result<(), JournalError> {
         if let Some(a) = self.active.as_mut() {
-            if a.pos > a.synced {
-                if let Err(e) = a.map.flush_range(a.synced, a.pos - a.synced) {
+            if a.pos > a.synced || self.deferred {
+                if let Err(e) = a.file.sync_data() {
                     self.poisoned = true;
                     return Err(JournalError::io(
                         format!("flushing segment {}", a.path.display()),
@@ -394,6 +467,7 @@ impl Journal {
                 a.synced = a.pos;
             }
         }
+        self.deferred = false;
         self.last_flush = Instant::now();
         Ok(())
     }
@@ -410,14 +484,16 @@ impl Journal {
                 publish(&mut a.map, pos, &seal);
                 a.pos += RECORD_HEADER_LEN;
             }
-            if a.pos > a.synced {
-                if let Err(e) = a.map.flush_range(a.synced, a.pos - a.synced) {
-                    self.poisoned = true;
-                    return Err(JournalError::io(
-                        format!("flushing sealed segment {}", a.path.display()),
-                        e,
-                    ));
-                }
+            // The whole file, not only the range since the last flush: a
+            // deferred `SyncPoint` for an earlier range of this segment may
+            // still be in flight on another thread, and the records of the
+            // next segment must never be durable before these.
+            if let Err(e) = a.file.sync_data() {
+                self.poisoned = true;
+                return Err(JournalError::io(
+                    format!("flushing sealed segment {}", a.path.display()),
+                    e,
+                ));
             }
             self.next_index = a.index + 1;
         }
@@ -437,10 +513,48 @@ impl Journal {
             index,
             path,
             map,
+            file: Arc::new(file),
             pos: SEGMENT_HEADER_LEN,
             synced: SEGMENT_HEADER_LEN,
         });
         Ok(())
+    }
+}
+
+/// Records appended before a [`Journal::commit_deferred`], to be made
+/// durable by [`SyncPoint::sync`], on any thread.
+///
+/// On Linux, `msync(MS_SYNC)` of a shared file mapping is `fdatasync` of the
+/// file's range (the kernel tracks pages dirtied through the mapping in the
+/// page cache), so `fdatasync` of the segment file makes the mapped writes
+/// durable without touching the mapping: no pointer into it crosses threads,
+/// and the point stays valid after the writer rolled to the next segment and
+/// unmapped this one.
+#[derive(Debug, Clone)]
+pub struct SyncPoint {
+    file: Arc<File>,
+    segment: u64,
+    path: PathBuf,
+    seq: u64,
+}
+
+impl SyncPoint {
+    /// Waits until every record appended before this point is on the disk.
+    pub fn sync(&self) -> Result<(), JournalError> {
+        self.file
+            .sync_data()
+            .map_err(|e| JournalError::io(format!("flushing segment {}", self.path.display()), e))
+    }
+
+    /// The last seq this point covers.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// True when both points are in the same segment file (so syncing the
+    /// later one covers the earlier one too).
+    pub fn same_segment(&self, other: &SyncPoint) -> bool {
+        self.segment == other.segment
     }
 }
 
@@ -539,6 +653,70 @@ mod tests {
         j.sync().unwrap();
         let (pos, synced) = positions(&j);
         assert_eq!(pos, synced);
+    }
+
+    #[test]
+    fn deferred_commit_hands_out_a_point_per_flush_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::GroupCommit);
+        assert!(j.commit_deferred().unwrap().is_none(), "nothing appended");
+        j.append(1, 1, b"a").unwrap();
+        j.append(2, 1, b"b").unwrap();
+        let point = j.commit_deferred().unwrap().expect("group commit flushes");
+        assert_eq!(point.seq(), 2);
+        let (pos, synced) = positions(&j);
+        assert_eq!(pos, synced, "the range is handed over");
+        assert!(j.commit_deferred().unwrap().is_none(), "nothing new");
+        j.append(3, 1, b"c").unwrap();
+        let later = j.commit_deferred().unwrap().unwrap();
+        assert!(later.same_segment(&point));
+        // The points sync on another thread while the writer goes on.
+        let handle = std::thread::spawn(move || (point.sync(), later.sync()));
+        j.append(4, 1, b"d").unwrap();
+        let (a, b) = handle.join().unwrap();
+        a.unwrap();
+        b.unwrap();
+        j.sync().unwrap();
+        assert_eq!(j.last_seq(), Some(4));
+
+        for policy in [
+            Durability::Never,
+            Durability::Always,
+            Durability::IntervalMs(3_600_000),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut j = open(dir.path(), policy);
+            j.append(1, 1, b"a").unwrap();
+            assert!(j.commit_deferred().unwrap().is_none(), "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn a_point_stays_valid_after_the_segment_rolled() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::GroupCommit);
+        j.append(1, 1, &[1; 100]).unwrap();
+        let first = j.commit_deferred().unwrap().unwrap();
+        let mut seq = 2;
+        while j.active.as_ref().map(|a| a.index) != Some(1) {
+            j.append(seq, 1, &[0xAB; 1000]).unwrap();
+            seq += 1;
+        }
+        let second = j.commit_deferred().unwrap().unwrap();
+        assert!(!second.same_segment(&first));
+        first.sync().unwrap();
+        second.sync().unwrap();
+    }
+
+    #[test]
+    fn poison_stops_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::GroupCommit);
+        j.append(1, 1, b"a").unwrap();
+        j.poison();
+        assert!(matches!(j.append(2, 1, b"b"), Err(JournalError::Poisoned)));
+        assert!(matches!(j.commit_deferred(), Err(JournalError::Poisoned)));
+        assert!(matches!(j.sync(), Err(JournalError::Poisoned)));
     }
 
     #[test]

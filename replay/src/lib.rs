@@ -16,5 +16,5 @@ pub mod node;
 pub mod rebuild;
 pub mod snapshot;
 
-pub use node::{Node, NodeConfig, NodeError};
+pub use node::{Node, NodeConfig, NodeError, SnapshotJob};
 pub use rebuild::{replay, replay_with, ReplayError, ReplayOutcome, Until};

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use journal::{Journal, JournalConfig, JournalError, Recovery};
+use journal::{Journal, JournalConfig, JournalError, Recovery, SyncPoint};
 use rkyv::util::AlignedVec;
 use sequencer::{Command, Event, Reply, Stamped, State, VenueConfig};
 
@@ -182,6 +182,30 @@ impl Node {
         })
     }
 
+    /// The pipelined form of [`Node::commit`]: when the policy wants a flush,
+    /// the records submitted so far come back as a [`SyncPoint`] for another
+    /// thread to make durable while this one goes on. Replies of the
+    /// commands before the point must not leave before its `sync` returns
+    /// `Ok`; when it fails, call [`Node::fail`].
+    pub fn commit_deferred(&mut self) -> Result<Option<SyncPoint>, NodeError> {
+        if let Some(why) = &self.failed {
+            return Err(NodeError::Stopped(why.clone()));
+        }
+        self.journal.commit_deferred().map_err(|e| {
+            self.failed = Some(e.to_string());
+            NodeError::from(e)
+        })
+    }
+
+    /// Stops the node after a deferred sync failed: every later command is
+    /// refused, as after a failed append or commit.
+    pub fn fail(&mut self, why: String) {
+        self.journal.poison();
+        if self.failed.is_none() {
+            self.failed = Some(why);
+        }
+    }
+
     /// Forces everything to disk now (shutdown).
     pub fn sync(&mut self) -> Result<(), NodeError> {
         Ok(self.journal.sync()?)
@@ -207,6 +231,24 @@ impl Node {
         self.failed.is_some()
     }
 
+    /// A snapshot to write on another thread: a copy of the state now and
+    /// the journal point that must be durable before the snapshot may
+    /// exist. `None` without a snapshot folder.
+    pub fn snapshot_job(&mut self) -> Result<Option<SnapshotJob>, NodeError> {
+        let Some(dir) = self.snapshot_dir.clone() else {
+            return Ok(None);
+        };
+        if let Some(why) = &self.failed {
+            return Err(NodeError::Stopped(why.clone()));
+        }
+        let point = self.journal.sync_point()?;
+        Ok(Some(SnapshotJob {
+            dir,
+            state: Box::new(self.state.clone()),
+            point,
+        }))
+    }
+
     /// Writes a snapshot of the current state (after syncing the journal,
     /// so a snapshot never runs ahead of what is durable).
     pub fn snapshot(&mut self) -> Result<Option<PathBuf>, NodeError> {
@@ -215,5 +257,28 @@ impl Node {
         };
         self.journal.sync()?;
         Ok(Some(snapshot::write(&dir, &self.state)?))
+    }
+}
+
+/// A snapshot taken by [`Node::snapshot_job`], written by [`SnapshotJob::write`].
+pub struct SnapshotJob {
+    dir: PathBuf,
+    state: Box<State>,
+    point: Option<SyncPoint>,
+}
+
+impl SnapshotJob {
+    /// The seq the snapshot holds.
+    pub fn seq(&self) -> u64 {
+        self.state.last_seq
+    }
+
+    /// Syncs the journal up to the snapshot's seq, then writes the
+    /// snapshot (checksummed, under a temporary name, renamed into place).
+    pub fn write(self) -> Result<PathBuf, NodeError> {
+        if let Some(point) = &self.point {
+            point.sync()?;
+        }
+        Ok(snapshot::write(&self.dir, &self.state)?)
     }
 }

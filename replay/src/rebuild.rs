@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use journal::{JournalError, Reader};
-use sequencer::{Event, State};
+use sequencer::{Event, Stamped, State};
 
 use crate::codec::{decode, DecodeError};
 use crate::snapshot;
@@ -76,33 +76,91 @@ pub fn replay_with(
     let mut state = start.unwrap_or_default();
     let mut reader = Reader::open(journal_dir)?;
     reader.seek(state.last_seq + 1)?;
+    let first = state.last_seq + 1;
     let mut events = Vec::with_capacity(64);
     let mut applied = 0;
-    // Stop before reading a record past the target seq, so damage after it
-    // does not stand in the way of any moment before it.
-    while state.last_seq < until_seq(until) {
-        let Some(record) = reader.next()? else { break };
-        if record.seq != state.last_seq + 1 {
-            return Err(ReplayError::Gap {
-                expected: state.last_seq + 1,
-                first: record.seq,
-            });
+    // Two stages on two threads: this one applies, a reader thread reads,
+    // checks and decodes the records ahead of it, in chunks. Chunks come in
+    // journal order and the first error ends the stream, so the state is
+    // the same as one thread reading and applying in turn.
+    let outcome = std::thread::scope(|scope| {
+        let (tx, rx) =
+            std::sync::mpsc::sync_channel::<Result<Vec<Stamped>, ReplayError>>(DECODED_CHUNKS);
+        scope.spawn(move || decode_ahead(reader, first, until, tx));
+        for chunk in rx {
+            for stamped in chunk? {
+                events.clear();
+                state.apply(&stamped, &mut events);
+                observe(stamped.seq, &events);
+                applied += 1;
+            }
         }
-        let stamped = decode(record.seq, record.payload)?;
-        if !until.admits(stamped.seq, stamped.ts_ms) {
-            break;
-        }
-        events.clear();
-        state.apply(&stamped, &mut events);
-        observe(stamped.seq, &events);
-        applied += 1;
-    }
+        Ok::<(), ReplayError>(())
+    });
+    outcome?;
     Ok(ReplayOutcome {
         state,
         from_snapshot,
         applied,
         skipped_snapshots: skipped.iter().map(ToString::to_string).collect(),
     })
+}
+
+/// Decoded commands handed over at a time, and chunks in flight.
+const DECODED_CHUNK: usize = 1024;
+const DECODED_CHUNKS: usize = 4;
+
+/// The reader stage of [`replay_with`]: the records from `first` on that
+/// `until` admits, decoded, in chunks; an error (damage, a gap, a record
+/// that does not decode) is sent last. It stops before reading a record
+/// past the target seq, so damage after it does not stand in the way of
+/// any moment before it; and it stops when the applier hangs up.
+fn decode_ahead(
+    mut reader: Reader,
+    first: u64,
+    until: Until,
+    tx: std::sync::mpsc::SyncSender<Result<Vec<Stamped>, ReplayError>>,
+) {
+    let last = until_seq(until);
+    let mut next = first;
+    let mut chunk = Vec::with_capacity(DECODED_CHUNK);
+    let failure = loop {
+        if next > last {
+            break None;
+        }
+        let record = match reader.next() {
+            Ok(Some(record)) => record,
+            Ok(None) => break None,
+            Err(e) => break Some(ReplayError::from(e)),
+        };
+        if record.seq != next {
+            break Some(ReplayError::Gap {
+                expected: next,
+                first: record.seq,
+            });
+        }
+        let stamped = match decode(record.seq, record.payload) {
+            Ok(stamped) => stamped,
+            Err(e) => break Some(e.into()),
+        };
+        if !until.admits(stamped.seq, stamped.ts_ms) {
+            break None;
+        }
+        next += 1;
+        chunk.push(stamped);
+        if chunk.len() == DECODED_CHUNK {
+            let full = std::mem::replace(&mut chunk, Vec::with_capacity(DECODED_CHUNK));
+            if tx.send(Ok(full)).is_err() {
+                return;
+            }
+        }
+    };
+    if !chunk.is_empty() && tx.send(Ok(chunk)).is_err() {
+        return;
+    }
+    if let Some(e) = failure {
+        let _ = tx.send(Err(e));
+    }
 }
 
 /// The last seq a target can include.

@@ -16,7 +16,6 @@
 //! Setup uses the admin endpoint found in `--data-dir` (as `updown admin`
 //! does) to create `--accounts` funded accounts with one trading key each.
 
-mod http;
 mod report;
 mod traffic;
 mod ws;
@@ -34,8 +33,8 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
 use crate::admin;
-use http::Conn;
 use report::{new_histogram, summary_json};
+use tools::http::Conn;
 use traffic::{Kind, Mix, Traffic};
 
 #[derive(Args)]

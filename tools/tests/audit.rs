@@ -7,29 +7,21 @@
 //! answers the server gave right after the command). Damaged journals are
 //! named by segment file and offset and make the commands fail.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{copy_dir, http, updown, Launch, Serve, BIN};
 use journal::{Durability, JournalConfig};
 use replay::{snapshot, Node, NodeConfig};
 use sequencer::query::OrderFilter;
 use sequencer::{Command as Cmd, Stamped, State, VenueConfig};
 use serde_json::Value;
 use tests::sim::{Sim, SimConfig, SIM_T0};
-
-const BIN: &str = env!("CARGO_BIN_EXE_updown");
-
-fn updown(args: &[&str]) -> (bool, String, String) {
-    let output = Command::new(BIN).args(args).output().unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into(),
-        String::from_utf8_lossy(&output.stderr).into(),
-    )
-}
 
 fn updown_ok(args: &[&str]) -> String {
     let (ok, out, err) = updown(args);
@@ -252,18 +244,6 @@ fn segment_files(journal: &Path) -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &to.join(entry.file_name()));
-        } else {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-        }
-    }
 }
 
 /// Flips one byte of the payload of record `seq`; returns its segment file
@@ -842,100 +822,13 @@ fn read_lines(child: &mut Child, n: usize) -> Vec<Value> {
 
 // ---- a real server ----
 
-struct Serve {
-    child: Child,
-    addr: String,
-    key: String,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn serve(dir: &Path) -> Serve {
-    let port = free_port();
-    let admin_port = free_port();
-    let mut child = Command::new(BIN)
-        .args(["serve", "--demo", "--data-dir", p(dir)])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
-        .env("UPDOWN_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    // Owned by the guard at once, so a failing test does not leave it running.
-    let mut serve = Serve {
-        child,
-        addr: format!("127.0.0.1:{port}"),
-        key: String::new(),
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while serve.key.is_empty() {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("serve prints a demo key");
-        if let Some(pos) = line.find("tk_test_") {
-            serve.key = line[pos..].split_whitespace().next().unwrap().to_string();
-        }
-    }
-    serve
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn http(addr: &str, method: &str, path: &str, key: &str, body: Option<&str>) -> (u16, Value) {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    let body = body.unwrap_or("");
-    write!(
-        stream,
-        "{method} /v1{path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let json = response
-        .split("\r\n\r\n")
-        .nth(1)
-        .and_then(|b| serde_json::from_str(b).ok())
-        .unwrap_or(Value::Null);
-    (status, json)
-}
-
-fn sigterm(child: &mut Child) {
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success());
-            return;
-        }
-        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// `updown serve --demo` in a child, and the demo key it printed.
+fn serve(dir: &Path) -> (Serve, String) {
+    let serve = Launch::new(dir, None).arg("--demo").start();
+    let line = serve.wait_line(|l| l.contains("tk_test_"));
+    let at = line.find("tk_test_").expect("a demo key");
+    let key = line[at..].split_whitespace().next().unwrap().to_string();
+    (serve, key)
 }
 
 fn admin_json(dir: &Path, args: &[&str]) -> Value {
@@ -974,9 +867,7 @@ fn look(s: &Serve, key: &str, ticker: &str, client_order_id: &str) -> Seen {
 fn a_real_server_run_replays_to_what_rest_answered() {
     let dir = tempfile::tempdir().unwrap();
     let d = p(dir.path());
-    let server = serve(dir.path());
-    let mut server = server;
-    let a_key = server.key.clone();
+    let (mut server, a_key) = serve(dir.path());
     let demo: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("demo-account.json")).unwrap(),
     )
@@ -1060,7 +951,7 @@ fn a_real_server_run_replays_to_what_rest_answered() {
     }
     let text = updown_ok(&["journal", "tail", "-n", "5", "--data-dir", d]);
     assert_eq!(text.lines().count(), 5);
-    sigterm(&mut server.child);
+    assert!(server.sigterm().success());
 
     // Each moment, rebuilt, answers what REST answered then.
     for s in &seen {

@@ -2,76 +2,32 @@
 //! `admin` commands against it (tables and `--json`), clear errors for bad
 //! admin input, and a graceful SIGTERM that keeps everything for the restart.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{http, Launch, Serve, BIN};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_updown");
-
-struct Serve {
-    child: Child,
-    demo_key: Option<String>,
-    addr: String,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn serve(dir: &Path, demo: bool) -> Serve {
-    let (port, admin_port) = (free_port(), free_port());
-    let mut command = Command::new(BIN);
-    command
-        .args(["serve", "--data-dir"])
-        .arg(dir)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin_port}"),
-        ])
-        .env("UPDOWN_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+/// `updown serve` in a child; with `--demo`, the test key it printed (none
+/// when the demo account existed already).
+fn serve(dir: &Path, demo: bool) -> (Serve, Option<String>) {
+    let mut launch = Launch::new(dir, None);
     if demo {
-        command.arg("--demo");
+        launch = launch.arg("--demo");
     }
-    let mut child = command.spawn().expect("start updown serve");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut demo_key = None;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("serve prints its banner");
-        if let Some(pos) = line.find("tk_test_") {
-            demo_key = Some(line[pos..].split_whitespace().next().unwrap().to_string());
-        }
-        if line.starts_with("demo account already")
-            || (line.contains("listening on") && !demo)
-            || demo_key.is_some()
-        {
-            break;
-        }
-    }
-    Serve {
-        child,
-        demo_key,
-        addr: format!("127.0.0.1:{port}"),
-    }
+    let serve = launch.start();
+    let demo_key = demo
+        .then(|| {
+            serve.wait_line(|l| l.contains("tk_test_") || l.starts_with("demo account already"))
+        })
+        .and_then(|line| {
+            let at = line.find("tk_test_")?;
+            line[at..].split_whitespace().next().map(str::to_string)
+        });
+    (serve, demo_key)
 }
 
 fn admin(dir: &Path, args: &[&str]) -> (bool, String, String) {
@@ -97,46 +53,10 @@ fn admin_json(dir: &Path, args: &[&str]) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|_| panic!("admin {args:?} printed no JSON: {out}"))
 }
 
-fn sigterm(child: &mut Child) -> std::process::ExitStatus {
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn http(addr: &str, method: &str, path: &str, key: &str, body: Option<&str>) -> (u16, Value) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    let body = body.unwrap_or("");
-    write!(
-        stream,
-        "{method} /v1{path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let json = response
-        .split("\r\n\r\n")
-        .nth(1)
-        .and_then(|b| serde_json::from_str(b).ok())
-        .unwrap_or(Value::Null);
-    (status, json)
-}
-
 #[test]
 fn admin_commands_work_and_refuse_bad_input_clearly() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = serve(dir.path(), false);
+    let (mut server, _) = serve(dir.path(), false);
     let d = dir.path();
 
     let created = admin_json(d, &["account", "create", "--cash", "250.50"]);
@@ -294,7 +214,7 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
     let (ok, _, err) = admin(d, &["key", "issue", "--account", &id]);
     assert!(!ok && err.contains("already has 5 active keys"), "{err}");
 
-    assert!(sigterm(&mut server.child).success());
+    assert!(server.sigterm().success());
     let (ok, _, err) = admin(d, &["series", "list"]);
     assert!(!ok && err.contains("no running server"), "{err}");
 }
@@ -302,8 +222,8 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
 #[test]
 fn demo_then_sigterm_then_restart_keeps_the_account_and_its_orders() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = serve(dir.path(), true);
-    let key = server.demo_key.clone().expect("serve --demo prints a key");
+    let (mut server, key) = serve(dir.path(), true);
+    let key = key.expect("serve --demo prints a key");
     // The current window opens on the simulator's first print, just after start-up.
     let deadline = Instant::now() + Duration::from_secs(20);
     let ticker = loop {
@@ -327,13 +247,10 @@ fn demo_then_sigterm_then_restart_keeps_the_account_and_its_orders() {
     let (status, placed) = http(&server.addr, "POST", "/portfolio/orders", &key, Some(&body));
     assert_eq!(status, 201, "{placed}");
     let (_, balance_before) = http(&server.addr, "GET", "/portfolio/balance", &key, None);
-    assert!(
-        sigterm(&mut server.child).success(),
-        "a graceful stop exits 0"
-    );
+    assert!(server.sigterm().success(), "a graceful stop exits 0");
 
-    let mut again = serve(dir.path(), true);
-    assert!(again.demo_key.is_none(), "the demo account is created once");
+    let (mut again, again_key) = serve(dir.path(), true);
+    assert!(again_key.is_none(), "the demo account is created once");
     let (status, order) = http(
         &again.addr,
         "GET",
@@ -348,19 +265,19 @@ fn demo_then_sigterm_then_restart_keeps_the_account_and_its_orders() {
     assert_eq!(order["order"]["client_order_id"], "keep-me");
     let (_, balance_after) = http(&again.addr, "GET", "/portfolio/balance", &key, None);
     assert_eq!(balance_before, balance_after);
-    assert!(sigterm(&mut again.child).success());
+    assert!(again.sigterm().success());
 }
 
 #[test]
 fn a_journal_damaged_in_the_middle_stops_start_up_until_told_to_truncate() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = serve(dir.path(), true);
-    let key = server.demo_key.clone().unwrap();
+    let (mut server, key) = serve(dir.path(), true);
+    let key = key.unwrap();
     // More records after the demo account, so the damage is mid-log.
     for _ in 0..5 {
         http(&server.addr, "GET", "/account", &key, None);
     }
-    assert!(sigterm(&mut server.child).success());
+    assert!(server.sigterm().success());
     let segment = std::fs::read_dir(dir.path().join("journal"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -372,59 +289,30 @@ fn a_journal_damaged_in_the_middle_stops_start_up_until_told_to_truncate() {
     bytes[64 + 32 + 8] ^= 0x5a;
     std::fs::write(&segment, &bytes).unwrap();
 
-    let (port, admin_port) = (free_port(), free_port());
-    let output = Command::new(BIN)
-        .args(["serve", "--data-dir"])
-        .arg(dir.path())
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin_port}"),
-        ])
-        .env("UPDOWN_LOG", "off")
-        .output()
-        .unwrap();
-    assert!(
-        !output.status.success(),
-        "start-up refuses a damaged journal"
-    );
-    let err = String::from_utf8_lossy(&output.stderr);
+    let refused = Launch::new(dir.path(), None)
+        .log("off")
+        .try_start()
+        .err()
+        .expect("start-up refuses a damaged journal");
+    let err = refused.stderr;
     assert!(
         err.contains(&segment.file_name().unwrap().to_string_lossy().to_string()),
         "{err}"
     );
     assert!(err.contains("offset"), "{err}");
 
-    let mut recovered = Command::new(BIN)
-        .args(["serve", "--truncate-corrupt-journal", "--data-dir"])
-        .arg(dir.path())
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin_port}"),
-        ])
-        .env("UPDOWN_LOG", "off")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "serve with --truncate-corrupt-journal starts"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut recovered = Launch::new(dir.path(), None)
+        .arg("--truncate-corrupt-journal")
+        .log("off")
+        .start();
     // The venue works on what was kept: the demo account's key came after
     // the damaged record, so it is gone, and new commands are journaled.
-    let (status, refused) = http(&format!("127.0.0.1:{port}"), "GET", "/account", &key, None);
+    let (status, refused) = http(&recovered.addr, "GET", "/account", &key, None);
     assert_eq!(
         (status, refused["message"].as_str()),
         (401, Some("Invalid API key."))
     );
-    let (status, _) = http(&format!("127.0.0.1:{port}"), "GET", "/markets", &key, None);
+    let (status, _) = http(&recovered.addr, "GET", "/markets", &key, None);
     assert_eq!(status, 200);
-    assert!(sigterm(&mut recovered).success());
+    assert!(recovered.sigterm().success());
 }

@@ -3,73 +3,13 @@
 //! `.hgrm` and SVG files are written, and the websocket subscribers receive
 //! book deltas.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::process::Command;
+use std::time::Instant;
+
+use common::{Launch, BIN};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_updown");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `updown serve` in a child on free ports; returns it and its REST address
-/// once it prints its banner.
-fn serve(dir: &Path) -> (Child, String) {
-    let (port, admin_port) = (free_port(), free_port());
-    let mut child = Command::new(BIN)
-        .args(["serve", "--data-dir"])
-        .arg(dir)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin_port}"),
-        ])
-        .env("UPDOWN_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start updown serve");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("serve prints its banner");
-        if line.contains("listening on") {
-            break;
-        }
-    }
-    (child, format!("127.0.0.1:{port}"))
-}
-
-fn stop(child: &mut Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn loadgen(args: &[&str]) -> (bool, String, String) {
     let output = Command::new(BIN)
@@ -88,8 +28,8 @@ fn loadgen(args: &[&str]) -> (bool, String, String) {
 fn loadgen_sends_on_schedule_and_every_request_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let (mut server, addr) = serve(&data);
-    let target = format!("http://{addr}");
+    let mut server = Launch::new(&data, None).start();
+    let target = format!("http://{}", server.addr);
     let hgrm = dir.path().join("run.hgrm");
     let plot = dir.path().join("run.svg");
     let data_text = data.to_str().unwrap();
@@ -128,7 +68,7 @@ fn loadgen_sends_on_schedule_and_every_request_succeeds() {
         "--interval",
         "1",
         "--watch-pid",
-        &server.id().to_string(),
+        &server.child.id().to_string(),
         "--hgrm",
         hgrm.to_str().unwrap(),
         "--plot",
@@ -136,7 +76,7 @@ fn loadgen_sends_on_schedule_and_every_request_succeeds() {
         "--json",
     ]);
     let wall = started.elapsed();
-    stop(&mut server);
+    server.sigterm();
     assert!(ok, "loadgen failed: {err}\n{out}");
     let result: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     let expected = (rate * duration) as u64;

@@ -1,7 +1,7 @@
 //! CPU time of this process's threads, grouped by role, from
 //! `/proc/self/task/*/schedstat` (nanoseconds on a CPU). Taken before and
 //! after each phase, it says how much CPU each side spent per request: the
-//! venue's gateway worker, sequencer and websocket publisher threads, the
+//! venue's gateway worker, sequencer, journal sync and websocket publisher threads, the
 //! bare handler's worker, and the load generator itself, which shares the
 //! same two cores.
 
@@ -17,6 +17,9 @@ pub enum Role {
     /// The venue's websocket publisher thread (it mirrors the books from
     /// each batch's events, subscribers or not).
     Publisher,
+    /// The venue's commit thread: the journal's fdatasync, then events
+    /// and answers released in order.
+    Sync,
     /// The bare handler's worker (`bare`).
     Bare,
     /// The load generator: the thread that runs the client's runtime (or
@@ -26,9 +29,10 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 7] = [
         Self::Gateway,
         Self::Sequencer,
+        Self::Sync,
         Self::Publisher,
         Self::Bare,
         Self::Client,
@@ -40,6 +44,7 @@ impl Role {
             Self::Gateway => "gateway worker",
             Self::Sequencer => "sequencer",
             Self::Publisher => "ws publisher",
+            Self::Sync => "journal sync",
             Self::Bare => "bare worker",
             Self::Client => "load generator",
             Self::Other => "other",
@@ -74,6 +79,7 @@ impl CpuTimes {
                 "gateway" => Role::Gateway,
                 "sequencer" => Role::Sequencer,
                 "ws-publisher" => Role::Publisher,
+                "journal-sync" => Role::Sync,
                 "bare" => Role::Bare,
                 "load" => Role::Client,
                 _ if tid.is_some() && tid == client => Role::Client,

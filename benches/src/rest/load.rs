@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use tokio::sync::mpsc;
 
-use crate::rest::http::Conn;
+use tools::http::Conn;
 
 /// The path both servers serve.
 pub const ORDERS_PATH: &str = "/v1/portfolio/orders";

@@ -11,7 +11,6 @@
 //! - [`report`] runs the interleaved rounds and prints the figures and aims.
 
 pub mod cpu;
-pub mod http;
 pub mod load;
 pub mod report;
 pub mod servers;

@@ -22,8 +22,8 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
 use crate::engines::BenchError;
-use crate::rest::http::Conn;
 use crate::rest::load::ORDERS_PATH;
+use tools::http::Conn;
 
 fn now_ms() -> u64 {
     SystemTime::now()

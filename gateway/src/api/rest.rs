@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use axum::body::{to_bytes, Body};
 use axum::extract::{ConnectInfo, MatchedPath, Path, Request, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, MethodRouter};
@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use crate::api::json;
 use crate::api::parse::{order_body, Params};
 use crate::auth::{self, Lockout};
-use crate::engine::{Answer, Submitter};
+use crate::engine::{Answer, AnswerBody, FinishFn, Finished, Submitter};
 use crate::error::ApiError;
 
 /// An `{order_id}` path segment; one that cannot be read is no order.
@@ -97,6 +97,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/markets/{ticker}/orderbook"),
     ("GET", "/markets/{ticker}/trades"),
     ("GET", "/openapi.json"),
+    ("GET", "/asyncapi.json"),
 ];
 
 /// The handler of one entry of [`ROUTES`].
@@ -116,6 +117,7 @@ fn handler(method: &str, path: &str) -> MethodRouter<Arc<App>> {
         ("GET", "/markets/{ticker}/orderbook") => get(orderbook),
         ("GET", "/markets/{ticker}/trades") => get(trades),
         ("GET", "/openapi.json") => get(openapi),
+        ("GET", "/asyncapi.json") => get(asyncapi),
         _ => panic!("ROUTES lists {method} {path}, which has no handler"),
     }
 }
@@ -154,20 +156,37 @@ async fn method_not_allowed(uri: Uri) -> ApiError {
 
 /// Counts and times every request by its route.
 async fn measure(State(app): Shared, request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    // A shared `Arc<str>` of the router's, not a copy.
+    let route = request.extensions().get::<MatchedPath>().cloned();
     let started = Instant::now();
     let response = next.run(request).await;
-    app.submitter
-        .metrics
-        .record_request(&route, response.status().as_u16(), started.elapsed());
+    app.submitter.metrics.record_request(
+        route.as_ref().map_or("unmatched", MatchedPath::as_str),
+        response.status().as_u16(),
+        started.elapsed(),
+    );
     response
 }
 
 fn ok(status: StatusCode, body: Value) -> Answer {
     Ok((status, body))
+}
+
+/// A write's answer as an HTTP response.
+fn respond_write(answer: Finished) -> Response {
+    match answer {
+        Ok((status, AnswerBody::Ready(body))) => (status, Json(body)).into_response(),
+        Ok((status, AnswerBody::Later(write))) => (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            write(),
+        )
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// An answer as an HTTP response (the admin API uses it too).
@@ -289,17 +308,26 @@ async fn place_order(
                     },
                 })
             }),
-            Box::new(|state, reply| match reply {
-                Reply::Order { order, .. } => ok(
-                    StatusCode::CREATED,
-                    json!({ "order": json::order(state, &order) }),
-                ),
-                Reply::Rejected(r) => Err(r.into()),
-                other => Err(internal(&other)),
-            }),
+            order_answer(StatusCode::CREATED),
         )
         .await;
-    respond(answer)
+    respond_write(answer)
+}
+
+/// The answer of a write whose reply is one order: `{"order": Order}`,
+/// written on the gateway thread from the order and its market's ticker.
+fn order_answer(status: StatusCode) -> FinishFn {
+    Box::new(move |state, reply| match reply {
+        Reply::Order { order, .. } => {
+            let ticker = json::ticker(state, order.market).to_string();
+            Ok((
+                status,
+                AnswerBody::later(move || json::order_answer(&ticker, &order)),
+            ))
+        }
+        Reply::Rejected(r) => Err(r.into()),
+        other => Err(internal(&other)),
+    })
 }
 
 fn internal(reply: &Reply) -> ApiError {
@@ -332,17 +360,10 @@ async fn cancel_order(
                     order_id,
                 })
             }),
-            Box::new(|state, reply| match reply {
-                Reply::Order { order, .. } => ok(
-                    StatusCode::OK,
-                    json!({ "order": json::order(state, &order) }),
-                ),
-                Reply::Rejected(r) => Err(r.into()),
-                other => Err(internal(&other)),
-            }),
+            order_answer(StatusCode::OK),
         )
         .await;
-    respond(answer)
+    respond_write(answer)
 }
 
 fn parse_order_id(id: &str) -> Result<u64, ApiError> {
@@ -383,16 +404,18 @@ async fn cancel_all(
             Some(caller),
             Box::new(move |_, key| Ok(Command::CancelAll { key: key.expect("authenticated"), market, series })),
             Box::new(|_, reply| match reply {
-                Reply::Canceled { order_ids } => ok(
+                Reply::Canceled { order_ids } => Ok((
                     StatusCode::OK,
-                    json!({ "canceled_order_ids": order_ids.iter().map(u64::to_string).collect::<Vec<_>>() }),
-                ),
+                    AnswerBody::Ready(
+                        json!({ "canceled_order_ids": order_ids.iter().map(u64::to_string).collect::<Vec<_>>() }),
+                    ),
+                )),
                 Reply::Rejected(r) => Err(r.into()),
                 other => Err(internal(&other)),
             }),
         )
         .await;
-    respond(answer)
+    respond_write(answer)
 }
 
 // ----- account reads ---------------------------------------------------------------------
@@ -639,6 +662,15 @@ async fn openapi(State(app): Shared) -> Response {
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         app.openapi,
+    )
+        .into_response()
+}
+
+/// The websocket's AsyncAPI document, for client generators and readers.
+async fn asyncapi() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        crate::server::ASYNCAPI,
     )
         .into_response()
 }

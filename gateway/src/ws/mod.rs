@@ -30,7 +30,7 @@ pub mod publisher;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -125,34 +125,49 @@ fn published(event: &Event) -> bool {
     )
 }
 
-/// The closure the sequencer thread calls after each committed batch. It
-/// clones and `try_send`s, nothing more; a picture is taken only the first
-/// time and after a lost batch.
+/// The closure the sequencer thread calls after each batch. It clones what
+/// the publisher needs (a picture only the first time and after a lost
+/// batch) and returns the delivery, a `try_send` that the commit thread runs
+/// once the batch is durable.
+///
+/// Deliveries run in the sequencer's order, but one may fail (the
+/// publisher's input is full) after later batches were prepared as plain
+/// events: `lost` makes every delivery of events drop until a picture has
+/// gone through, so the publisher never applies events to a stale mirror.
 fn sink(tx: crossbeam_channel::Sender<Input>, stats: Arc<Stats>) -> EventSink {
-    let mut owe_picture = true;
-    let mut dead = false;
+    let lost = Arc::new(AtomicBool::new(true));
+    let dead = Arc::new(AtomicBool::new(false));
     Box::new(move |state: &State, events: &[Event]| {
-        if dead {
-            return;
+        if dead.load(Ordering::Acquire) {
+            return None;
         }
-        let input = if owe_picture {
+        let input = if lost.load(Ordering::Acquire) {
             // The state already holds this batch's events.
             Input::Picture(Picture::of(state))
         } else {
             let events: Vec<Event> = events.iter().filter(|e| published(e)).cloned().collect();
             if events.is_empty() {
-                return;
+                return None;
             }
             Input::Events(events)
         };
-        match tx.try_send(input) {
-            Ok(()) => owe_picture = false,
-            Err(TrySendError::Full(_)) => {
-                owe_picture = true;
+        let (tx, stats, lost, dead) = (tx.clone(), stats.clone(), lost.clone(), dead.clone());
+        Some(Box::new(move || {
+            let picture = matches!(input, Input::Picture(_));
+            if !picture && lost.load(Ordering::Acquire) {
                 stats.lost_batches.fetch_add(1, Ordering::Relaxed);
+                return;
             }
-            Err(TrySendError::Disconnected(_)) => dead = true,
-        }
+            match tx.try_send(input) {
+                Ok(()) if picture => lost.store(false, Ordering::Release),
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    lost.store(true, Ordering::Release);
+                    stats.lost_batches.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(TrySendError::Disconnected(_)) => dead.store(true, Ordering::Release),
+            }
+        }) as crate::engine::Delivery)
     })
 }
 

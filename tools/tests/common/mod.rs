@@ -306,6 +306,24 @@ impl Launch {
 }
 
 impl Serve {
+    /// Waits (30 s at most) for a line of its standard output that
+    /// `wanted` accepts, and returns it.
+    #[track_caller]
+    pub fn wait_line(&self, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(line) = self.stdout.text().lines().find(|l| wanted(l)) {
+                return line.to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no such line in: {}",
+                self.stdout.text()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// SIGTERM, then waits (30 s at most) for the exit.
     pub fn sigterm(&mut self) -> ExitStatus {
         if let Some(status) = self.exited {
@@ -552,6 +570,14 @@ impl Http {
     pub fn get(&mut self, path: &str, key: Option<&str>) -> Resp {
         self.call("GET", path, key, None)
     }
+}
+
+/// One request to `/v1{path}` of `addr` with a bearer key, on a connection
+/// of its own: the status and the JSON body (`Null` when there is none).
+#[track_caller]
+pub fn http(addr: &str, method: &str, path: &str, key: &str, body: Option<&str>) -> (u16, Value) {
+    let resp = Http::new(addr).call(method, path, Some(key), body);
+    (resp.status, resp.json)
 }
 
 fn invalid(what: &str) -> std::io::Error {
