@@ -500,7 +500,12 @@ fn commit_loop(rx: Receiver<Closed>, failed: Arc<OnceLock<String>>, metrics: Arc
                 {
                     continue;
                 }
-                if let Err(e) = point.sync() {
+                let started = Instant::now();
+                let synced = point.sync();
+                metrics
+                    .journal_sync_us
+                    .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                if let Err(e) = synced {
                     tracing::error!(error = %e, seq = point.seq(), "journal sync failed");
                     let _ = failed.set(e.to_string());
                     durable = false;

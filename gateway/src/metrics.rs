@@ -42,6 +42,7 @@ pub struct Metrics {
     pub lockouts: AtomicU64,
     pub journal_lag_ms: AtomicU64,
     pub journal_syncs: AtomicU64,
+    pub journal_sync_us: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -57,6 +58,7 @@ impl Default for Metrics {
             lockouts: AtomicU64::new(0),
             journal_lag_ms: AtomicU64::new(0),
             journal_syncs: AtomicU64::new(0),
+            journal_sync_us: AtomicU64::new(0),
         }
     }
 }
@@ -161,6 +163,11 @@ impl Metrics {
                 "updown_journal_syncs_total",
                 "counter",
                 self.journal_syncs.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_journal_sync_us_total",
+                "counter",
+                self.journal_sync_us.load(Ordering::Relaxed),
             ),
             (
                 "updown_rate_limited_total",

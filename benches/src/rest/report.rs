@@ -302,9 +302,11 @@ pub fn run(config: &RestConfig, out: &mut dyn Write) -> Result<RestReport, Bench
             if let Some(b) = phase.batches {
                 write!(
                     out,
-                    " ({:.1} jobs, {:.0} µs per sequencer batch)",
+                    " ({:.1} jobs, {:.0} µs per sequencer batch; {:.1} jobs, {:.0} µs per journal sync)",
                     b.jobs_per_batch(),
-                    b.us_per_batch()
+                    b.us_per_batch(),
+                    b.jobs_per_sync(),
+                    b.us_per_sync()
                 )?;
             }
             write!(out, ";")?;
@@ -444,10 +446,17 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// Mean jobs and microseconds per sequencer batch, or `-`.
+/// Mean jobs and microseconds per sequencer batch, then per journal sync,
+/// or `-`.
 fn batch_cell(phase: &Phase) -> String {
     phase.batches.map_or("-".into(), |b| {
-        format!("{:.1} / {:.0}", b.jobs_per_batch(), b.us_per_batch())
+        format!(
+            "{:.1} / {:.0}; {:.1} / {:.0}",
+            b.jobs_per_batch(),
+            b.us_per_batch(),
+            b.jobs_per_sync(),
+            b.us_per_sync()
+        )
     })
 }
 
@@ -464,7 +473,7 @@ fn print_tables(report: &RestReport, out: &mut dyn Write) -> std::io::Result<()>
     writeln!(out)?;
     writeln!(
         out,
-        "| server, closed loop | best req/s | every round (req/s) | p50 / p99 | sequencer batch: jobs / µs |"
+        "| server, closed loop | best req/s | every round (req/s) | p50 / p99 | sequencer batch: jobs / µs; journal sync: jobs / µs |"
     )?;
     writeln!(out, "| - | -: | - | -: | -: |")?;
     for kind in ServerKind::ALL {
@@ -498,7 +507,7 @@ fn print_tables(report: &RestReport, out: &mut dyn Write) -> std::io::Result<()>
     writeln!(out)?;
     writeln!(
         out,
-        "| server, open loop at half its best rate | rate | p50 | p99 | p99.9 | max | p99 every round | pacer lag p99 | sequencer batch: jobs / µs |"
+        "| server, open loop at half its best rate | rate | p50 | p99 | p99.9 | max | p99 every round | pacer lag p99 | sequencer batch: jobs / µs; journal sync: jobs / µs |"
     )?;
     writeln!(out, "| - | -: | -: | -: | -: | -: | - | -: | -: |")?;
     for kind in ServerKind::ALL {

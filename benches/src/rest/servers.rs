@@ -339,17 +339,22 @@ impl Venue {
             batches: metrics.batches.load(Ordering::Relaxed),
             jobs: metrics.jobs.load(Ordering::Relaxed),
             busy_us: metrics.batch_busy_us.load(Ordering::Relaxed),
+            syncs: metrics.journal_syncs.load(Ordering::Relaxed),
+            sync_us: metrics.journal_sync_us.load(Ordering::Relaxed),
         }
     }
 }
 
 /// The sequencer's batches: how many, the jobs in them, and the time spent
-/// on them (apply, commit, answers; the group commit's msync included).
+/// on them (apply, journal append, handing the batch to the commit
+/// thread); and the commit thread's syncs: how many, and their time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BatchStats {
     pub batches: u64,
     pub jobs: u64,
     pub busy_us: u64,
+    pub syncs: u64,
+    pub sync_us: u64,
 }
 
 impl BatchStats {
@@ -359,12 +364,24 @@ impl BatchStats {
             batches: self.batches - before.batches,
             jobs: self.jobs - before.jobs,
             busy_us: self.busy_us - before.busy_us,
+            syncs: self.syncs - before.syncs,
+            sync_us: self.sync_us - before.sync_us,
         }
     }
 
     /// Mean jobs per batch.
     pub fn jobs_per_batch(&self) -> f64 {
         self.jobs as f64 / self.batches.max(1) as f64
+    }
+
+    /// Mean jobs made durable by one sync.
+    pub fn jobs_per_sync(&self) -> f64 {
+        self.jobs as f64 / self.syncs.max(1) as f64
+    }
+
+    /// Mean microseconds of one sync (fdatasync of the journal).
+    pub fn us_per_sync(&self) -> f64 {
+        self.sync_us as f64 / self.syncs.max(1) as f64
     }
 
     /// Mean microseconds per batch.
