@@ -2237,3 +2237,24 @@ fn a_loosened_admin_token_file_is_tightened_at_start() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), token, "same token");
     v.create_account("1.00");
 }
+
+/// Every metric README.md names is on /metrics.
+#[test]
+fn the_metrics_the_readme_names_are_served() {
+    let v = Venue::start();
+    let a = v.trader("10.00");
+    v.read("/portfolio/balance", a.key());
+    let served = v.call_root("GET", "/metrics").text;
+    let readme = include_str!("../../README.md");
+    let mut named = 0;
+    for word in readme.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if word.starts_with("updown_") {
+            named += 1;
+            assert!(
+                served.lines().any(|l| l.starts_with(word)),
+                "README names {word}, /metrics has no such metric:\n{served}"
+            );
+        }
+    }
+    assert!(named >= 15, "the README's metrics table: {named} names");
+}
