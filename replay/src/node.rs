@@ -256,7 +256,7 @@ impl Node {
             return Ok(None);
         };
         self.journal.sync()?;
-        Ok(Some(snapshot::write(&dir, &self.state)?))
+        Ok(Some(snapshot::write(&dir, &mut self.state)?))
     }
 }
 
@@ -275,10 +275,10 @@ impl SnapshotJob {
 
     /// Syncs the journal up to the snapshot's seq, then writes the
     /// snapshot (checksummed, under a temporary name, renamed into place).
-    pub fn write(self) -> Result<PathBuf, NodeError> {
+    pub fn write(mut self) -> Result<PathBuf, NodeError> {
         if let Some(point) = &self.point {
             point.sync()?;
         }
-        Ok(snapshot::write(&self.dir, &self.state)?)
+        Ok(snapshot::write(&self.dir, &mut self.state)?)
     }
 }

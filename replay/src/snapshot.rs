@@ -4,6 +4,13 @@
 //! to a temporary name, synced, then renamed, so a snapshot file is either
 //! whole or absent. The newest valid one at or before a seq is picked
 //! automatically; damaged ones are skipped and reported.
+//!
+//! Format 2 (written now) splits the payload into sections, each its own
+//! rkyv archive: the state without its order and fill lists, then the
+//! orders and the fills in chunks of [`SECTION_ITEMS`]. No archive comes
+//! near rkyv's 2 GiB limit of 32-bit relative pointers however long the
+//! history, and loading decodes the sections on two threads. Format 1 (one
+//! archive of the whole state) is still read.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -11,11 +18,21 @@ use std::path::{Path, PathBuf};
 
 use rkyv::rancor::Error as RkyvError;
 use rkyv::util::AlignedVec;
+use sequencer::state::{Fill, Order};
 use sequencer::State;
 
 const MAGIC: &[u8; 8] = b"UPDNSNAP";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const HEADER_LEN: usize = 32;
+
+/// Orders or fills per section of a format-2 snapshot.
+pub const SECTION_ITEMS: usize = 1 << 18;
+/// Section kinds, and the length of a section's head (kind, reserved,
+/// length), which keeps each archive 16-byte aligned.
+const SECTION_SHELL: u32 = 1;
+const SECTION_ORDERS: u32 = 2;
+const SECTION_FILLS: u32 = 3;
+const SECTION_HEAD: usize = 16;
 
 /// Errors of snapshot files.
 #[derive(Debug, thiserror::Error)]
@@ -39,37 +56,29 @@ pub fn file_name(seq: u64) -> String {
     format!("{seq:020}.snap")
 }
 
-/// Writes a snapshot of `state` into `dir`; returns its path.
-pub fn write(dir: &Path, state: &State) -> Result<PathBuf, SnapshotError> {
+/// Writes a snapshot of `state` into `dir`; returns its path. The order
+/// and fill lists are taken out of `state` while the rest is encoded and
+/// put back before this returns, whatever happens.
+pub fn write(dir: &Path, state: &mut State) -> Result<PathBuf, SnapshotError> {
+    write_sectioned(dir, state, SECTION_ITEMS)
+}
+
+fn write_sectioned(
+    dir: &Path,
+    state: &mut State,
+    per_section: usize,
+) -> Result<PathBuf, SnapshotError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| SnapshotError::Io { path, source }
     };
     fs::create_dir_all(dir).map_err(io(dir))?;
-    // rkyv's 32-bit relative pointers cap an archive at 2 GiB, and going
-    // past the cap panics inside the encoder; a snapshot that cannot be
-    // written must be an error for the caller, never the end of the
-    // sequencer thread.
-    let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        rkyv::to_bytes::<RkyvError>(state)
-    }));
-    let payload = match encoded {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(e)) => {
-            return Err(SnapshotError::Encode {
-                seq: state.last_seq,
-                reason: e.to_string(),
-            })
-        }
-        Err(_) => {
-            return Err(SnapshotError::Encode {
-                seq: state.last_seq,
-                reason:
-                    "the state is too large for one snapshot (the archive format's 2 GiB limit)"
-                        .into(),
-            })
-        }
-    };
+    let orders = std::mem::take(&mut state.orders);
+    let fills = std::mem::take(&mut state.fills);
+    let encoded = encode_sections(state, &orders, &fills, per_section);
+    state.orders = orders;
+    state.fills = fills;
+    let payload = encoded?;
     let mut header = [0u8; HEADER_LEN];
     header[..8].copy_from_slice(MAGIC);
     header[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -88,6 +97,64 @@ pub fn write(dir: &Path, state: &State) -> Result<PathBuf, SnapshotError> {
         let _ = d.sync_all();
     }
     Ok(path)
+}
+
+/// The format-2 payload: the shell (a state whose order and fill lists are
+/// empty), then the orders and the fills, section by section.
+fn encode_sections(
+    shell: &State,
+    orders: &[Order],
+    fills: &[Fill],
+    per_section: usize,
+) -> Result<Vec<u8>, SnapshotError> {
+    let seq = shell.last_seq;
+    let mut payload = Vec::new();
+    append_section(&mut payload, SECTION_SHELL, seq, || {
+        rkyv::to_bytes::<RkyvError>(shell)
+    })?;
+    for chunk in orders.chunks(per_section) {
+        append_section(&mut payload, SECTION_ORDERS, seq, || {
+            rkyv::to_bytes::<RkyvError>(&chunk.to_vec())
+        })?;
+    }
+    for chunk in fills.chunks(per_section) {
+        append_section(&mut payload, SECTION_FILLS, seq, || {
+            rkyv::to_bytes::<RkyvError>(&chunk.to_vec())
+        })?;
+    }
+    Ok(payload)
+}
+
+/// Encodes one archive and appends it as a section. rkyv panics past its
+/// 2 GiB limit: that is an error for the caller, never the end of the
+/// calling thread.
+fn append_section(
+    payload: &mut Vec<u8>,
+    kind: u32,
+    seq: u64,
+    encode: impl FnOnce() -> Result<AlignedVec, RkyvError>,
+) -> Result<(), SnapshotError> {
+    let bytes = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(encode)) {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) => {
+            return Err(SnapshotError::Encode {
+                seq,
+                reason: e.to_string(),
+            })
+        }
+        Err(_) => {
+            return Err(SnapshotError::Encode {
+                seq,
+                reason: "a section is too large for the archive format's 2 GiB limit".into(),
+            })
+        }
+    };
+    payload.extend_from_slice(&kind.to_le_bytes());
+    payload.extend_from_slice(&0u32.to_le_bytes());
+    payload.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    payload.extend_from_slice(&bytes);
+    payload.resize(payload.len().next_multiple_of(SECTION_HEAD), 0);
+    Ok(())
 }
 
 /// Reads and checks one snapshot file.
@@ -119,10 +186,10 @@ fn load_chunked(path: &Path, chunk_len: usize) -> Result<State, SnapshotError> {
             .rev()
             .fold(0u64, |n, &b| (n << 8) | u64::from(b))
     };
-    if word(8..12) != u64::from(VERSION) {
+    let version = word(8..12);
+    if version != 1 && version != u64::from(VERSION) {
         return Err(damaged(format!(
-            "format version {} is not {VERSION}",
-            word(8..12)
+            "format version {version} is not 1 or {VERSION}"
         )));
     }
     let (crc, seq, len) = (word(12..16) as u32, word(16..24), word(24..32));
@@ -145,8 +212,11 @@ fn load_chunked(path: &Path, chunk_len: usize) -> Result<State, SnapshotError> {
     if hasher.finalize() != crc {
         return Err(damaged("checksum mismatch".into()));
     }
-    let state =
-        rkyv::from_bytes::<State, RkyvError>(&payload).map_err(|e| damaged(e.to_string()))?;
+    let state = if version == 1 {
+        rkyv::from_bytes::<State, RkyvError>(&payload).map_err(|e| damaged(e.to_string()))?
+    } else {
+        decode_sections(&payload).map_err(damaged)?
+    };
     if state.last_seq != seq {
         return Err(damaged(format!(
             "holds seq {}, header says {seq}",
@@ -171,6 +241,70 @@ pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
         .collect();
     found.sort_by_key(|entry| std::cmp::Reverse(entry.0));
     found
+}
+
+/// Decodes a format-2 payload: the sections are found first, then decoded
+/// on two threads (the shell and the fills on one, the orders on the
+/// other), and the lists put back in order.
+fn decode_sections(payload: &[u8]) -> Result<State, String> {
+    let mut shell = None;
+    let (mut orders, mut fills) = (Vec::new(), Vec::new());
+    let mut at = 0;
+    while at < payload.len() {
+        let head = payload
+            .get(at..at + SECTION_HEAD)
+            .ok_or_else(|| format!("a section head cut short at byte {at}"))?;
+        let kind = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes"));
+        let len = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+        let start = at + SECTION_HEAD;
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|len| start.checked_add(len))
+            .filter(|&end| end <= payload.len())
+            .ok_or_else(|| format!("a section at byte {at} runs past the end"))?;
+        let bytes = &payload[start..end];
+        match kind {
+            SECTION_SHELL if shell.is_none() => shell = Some(bytes),
+            SECTION_ORDERS => orders.push(bytes),
+            SECTION_FILLS => fills.push(bytes),
+            _ => return Err(format!("an unexpected section of kind {kind} at byte {at}")),
+        }
+        at = end.next_multiple_of(SECTION_HEAD);
+    }
+    let shell = shell.ok_or("no state section")?;
+    let (shell, order_lists, fill_lists) = std::thread::scope(|scope| {
+        let orders = scope.spawn(|| {
+            orders
+                .iter()
+                .map(|bytes| rkyv::from_bytes::<Vec<Order>, RkyvError>(bytes))
+                .collect::<Result<Vec<_>, _>>()
+        });
+        let shell = rkyv::from_bytes::<State, RkyvError>(shell);
+        let fills = fills
+            .iter()
+            .map(|bytes| rkyv::from_bytes::<Vec<Fill>, RkyvError>(bytes))
+            .collect::<Result<Vec<_>, _>>();
+        let orders = orders
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (shell, orders, fills)
+    });
+    let mut state = shell.map_err(|e| e.to_string())?;
+    if !state.orders.is_empty() || !state.fills.is_empty() {
+        return Err("the state section holds orders or fills".into());
+    }
+    state.orders = concat(order_lists.map_err(|e| e.to_string())?);
+    state.fills = concat(fill_lists.map_err(|e| e.to_string())?);
+    Ok(state)
+}
+
+/// The lists one after the other.
+fn concat<T>(lists: Vec<Vec<T>>) -> Vec<T> {
+    let mut all = Vec::with_capacity(lists.iter().map(Vec::len).sum());
+    for list in lists {
+        all.extend(list);
+    }
+    all
 }
 
 /// The newest valid snapshot at or before `max_seq`, and the damaged ones
@@ -203,11 +337,11 @@ mod tests {
     #[test]
     fn load_reads_back_what_write_wrote_and_names_every_damage() {
         let dir = tempfile::tempdir().unwrap();
-        let state = State {
+        let mut state = State {
             last_seq: 77,
             ..State::default()
         };
-        let path = write(dir.path(), &state).unwrap();
+        let path = write(dir.path(), &mut state).unwrap();
         assert_eq!(load(&path).unwrap(), state);
         for chunk in [1, 7, 16, 4096] {
             assert_eq!(
@@ -248,5 +382,135 @@ mod tests {
                 "{reason:?} should say {expected:?}"
             );
         }
+    }
+
+    fn history(orders: u64, fills: u64) -> State {
+        use sequencer::types::{Action, ClientOrderId, OrderStatus, Outcome, TimeInForce};
+        let order = |id: u64| Order {
+            id,
+            account: 1 + (id % 3) as u32,
+            key: 0,
+            market: 0,
+            outcome: if id.is_multiple_of(2) {
+                Outcome::Up
+            } else {
+                Outcome::Down
+            },
+            action: Action::Buy,
+            price: 1 + (id % 98) as u8,
+            time_in_force: TimeInForce::GoodTillCanceled,
+            post_only: false,
+            status: OrderStatus::Canceled,
+            count: 1 + id as u32,
+            filled: 0,
+            fill_cost: 0,
+            fees: 0,
+            created_ts_ms: 1_000 + id,
+            updated_ts_ms: 2_000 + id,
+            client_order_id: ClientOrderId::new(&format!("c{id}")).unwrap(),
+            hold: 0,
+            max_fee_per_contract: 1,
+            node: u32::MAX,
+        };
+        let fill = |id: u64| Fill {
+            id,
+            order: id,
+            account: 1,
+            market: 0,
+            outcome: Outcome::Up,
+            action: Action::Sell,
+            price: 40,
+            count: id as u32,
+            cost: 40 * id as i64,
+            fee: 1,
+            is_taker: id % 2 == 1,
+            trade_id: id,
+            ts_ms: 3_000 + id,
+        };
+        State {
+            last_seq: 1_000,
+            orders: (1..=orders).map(order).collect(),
+            fills: (1..=fills).map(fill).collect(),
+            ..State::default()
+        }
+    }
+
+    /// Orders and fills in many sections, and in none: read back whole and
+    /// in order, and the state given to `write` is left as it was.
+    #[test]
+    fn sections_hold_the_history_in_order() {
+        for (orders, fills, per_section) in [(10, 7, 3), (6, 0, 2), (0, 5, 5), (0, 0, 4), (1, 1, 1)]
+        {
+            let dir = tempfile::tempdir().unwrap();
+            let mut state = history(orders, fills);
+            let before = state.clone();
+            let path = write_sectioned(dir.path(), &mut state, per_section).unwrap();
+            assert_eq!(state, before, "write leaves the state as it was");
+            assert_eq!(
+                load(&path).unwrap(),
+                before,
+                "{orders} orders, {fills} fills by {per_section}"
+            );
+        }
+    }
+
+    /// A format-1 file (one archive of the whole state) is still read.
+    #[test]
+    fn format_one_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = history(4, 2);
+        let payload = rkyv::to_bytes::<RkyvError>(&state).unwrap();
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        bytes.extend_from_slice(&state.last_seq.to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        let path = dir.path().join(file_name(state.last_seq));
+        fs::write(&path, bytes).unwrap();
+        assert_eq!(load(&path).unwrap(), state);
+    }
+
+    /// Sections that do not add up are named, never a panic.
+    #[test]
+    fn bad_sections_are_refused() {
+        let shell = rkyv::to_bytes::<RkyvError>(&State::default()).unwrap();
+        let section = |kind: u32, bytes: &[u8], len: u64| {
+            let mut s = Vec::new();
+            s.extend_from_slice(&kind.to_le_bytes());
+            s.extend_from_slice(&0u32.to_le_bytes());
+            s.extend_from_slice(&len.to_le_bytes());
+            s.extend_from_slice(bytes);
+            s.resize(s.len().next_multiple_of(SECTION_HEAD), 0);
+            s
+        };
+        let good = section(SECTION_SHELL, &shell, shell.len() as u64);
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (Vec::new(), "no state section"),
+            ([good.clone(), good.clone()].concat(), "unexpected section"),
+            (section(9, &shell, shell.len() as u64), "unexpected section"),
+            (
+                section(SECTION_SHELL, &shell, u64::MAX),
+                "runs past the end",
+            ),
+            (good[..8].to_vec(), "cut short"),
+            (
+                section(SECTION_ORDERS, &shell, shell.len() as u64),
+                "no state section",
+            ),
+        ];
+        for (payload, expected) in cases {
+            let mut aligned = AlignedVec::<16>::new();
+            aligned.extend_from_slice(&payload);
+            let reason = decode_sections(&aligned).unwrap_err();
+            assert!(
+                reason.contains(expected),
+                "{reason:?} should say {expected:?}"
+            );
+        }
+        let mut aligned = AlignedVec::<16>::new();
+        aligned.extend_from_slice(&good);
+        assert_eq!(decode_sections(&aligned).unwrap(), State::default());
     }
 }

@@ -655,10 +655,10 @@ pub fn snapshot_cmd(args: SnapshotArgs) -> Result<()> {
     };
     let from = args.source.snapshot_dir();
     let until = until_of(args.until_seq, None);
-    let (outcome, secs) = rebuild(&journal, from.as_deref(), until, args.progress)?;
-    let state = &outcome.state;
-    let path = snapshot::write(&dir, state)
+    let (mut outcome, secs) = rebuild(&journal, from.as_deref(), until, args.progress)?;
+    let path = snapshot::write(&dir, &mut outcome.state)
         .with_context(|| format!("writing a snapshot into {}", dir.display()))?;
+    let state = &outcome.state;
     println!(
         "snapshot {} at seq {} ({}), state hash {}, rebuilt in {secs:.2}s",
         path.display(),

@@ -144,12 +144,11 @@ pub fn sim_config(accounts: u32) -> SimConfig {
     }
 }
 
-/// Writes a snapshot, surviving a panic of the encoder. The workspace
-/// builds rkyv with 32-bit relative pointers (`pointer_width_32`), so an
-/// archive past 2 GiB cannot be encoded and `snapshot::write` panics
-/// ("out of range integral type conversion"); with this simulation's mix
-/// that happens a little after 9 M commands. The state is only read by the
-/// encoder, so the run goes on without that snapshot, and the report says so.
+/// Writes a snapshot, surviving a panic of the encoder (format-1 snapshots
+/// were one rkyv archive, capped at 2 GiB by the workspace's 32-bit
+/// relative pointers, about 9.3 M commands of this mix; format 2 splits the
+/// history into sections and `snapshot::write` reports any failure as an
+/// error). The run goes on without that snapshot, and the report says so.
 fn write_snapshot(node: &mut Node) -> Result<bool, replay::NodeError> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| node.snapshot())) {
         Ok(result) => result.map(|_| true),
