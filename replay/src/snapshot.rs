@@ -13,7 +13,7 @@
 //! archive of the whole state) is still read.
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rkyv::rancor::Error as RkyvError;
@@ -47,9 +47,6 @@ pub enum SnapshotError {
     #[error("snapshot at seq {seq} could not be encoded: {reason}")]
     Encode { seq: u64, reason: String },
 }
-
-/// Bytes read and checksummed at a time when loading.
-const LOAD_CHUNK: usize = 4 << 20;
 
 /// The file name of the snapshot as of `seq`.
 pub fn file_name(seq: u64) -> String {
@@ -159,10 +156,6 @@ fn append_section(
 
 /// Reads and checks one snapshot file.
 pub fn load(path: &Path) -> Result<State, SnapshotError> {
-    load_chunked(path, LOAD_CHUNK)
-}
-
-fn load_chunked(path: &Path, chunk_len: usize) -> Result<State, SnapshotError> {
     let damaged = |reason: String| SnapshotError::Damaged {
         path: path.to_path_buf(),
         reason,
@@ -171,13 +164,21 @@ fn load_chunked(path: &Path, chunk_len: usize) -> Result<State, SnapshotError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = fs::File::open(path).map_err(io)?;
+    let file = fs::File::open(path).map_err(io)?;
     let file_len = file.metadata().map_err(io)?.len();
-    let mut header = [0u8; HEADER_LEN];
-    if file_len < HEADER_LEN as u64
-        || file.read_exact(&mut header).is_err()
-        || &header[..8] != MAGIC
-    {
+    if file_len < HEADER_LEN as u64 {
+        return Err(damaged("no snapshot header".into()));
+    }
+    // Mapped, not read: no copy of gigabytes from the page cache into a
+    // buffer; the kernel maps the pages at once (populate). The payload
+    // starts 32 bytes into a page-aligned mapping, so it is 16-byte aligned
+    // as rkyv needs.
+    // SAFETY: snapshot files are written under a temporary name, synced and
+    // renamed into place, and never changed afterwards; the mapping is
+    // read-only and dropped before this returns.
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(io)?;
+    let header = &map[..HEADER_LEN];
+    if &header[..8] != MAGIC {
         return Err(damaged("no snapshot header".into()));
     }
     let word = |range: std::ops::Range<usize>| {
@@ -193,29 +194,20 @@ fn load_chunked(path: &Path, chunk_len: usize) -> Result<State, SnapshotError> {
         )));
     }
     let (crc, seq, len) = (word(12..16) as u32, word(16..24), word(24..32));
-    let payload_len = file_len - HEADER_LEN as u64;
-    if len != payload_len {
+    let payload = &map[HEADER_LEN..];
+    if len != payload.len() as u64 {
         return Err(damaged(format!(
-            "payload is {payload_len} bytes, header says {len}"
+            "payload is {} bytes, header says {len}",
+            payload.len()
         )));
     }
-    let len = usize::try_from(len).map_err(|_| damaged("too large for this machine".into()))?;
-    // Straight into the aligned buffer the decoder needs, checksumming each
-    // chunk while it is still in the cache: one pass over the bytes.
-    let mut payload = AlignedVec::<16>::with_capacity(len);
-    payload.resize(len, 0);
-    let mut hasher = crc32fast::Hasher::new();
-    for chunk in payload.chunks_mut(chunk_len) {
-        file.read_exact(chunk).map_err(io)?;
-        hasher.update(chunk);
-    }
-    if hasher.finalize() != crc {
+    if crc32fast::hash(payload) != crc {
         return Err(damaged("checksum mismatch".into()));
     }
     let state = if version == 1 {
-        rkyv::from_bytes::<State, RkyvError>(&payload).map_err(|e| damaged(e.to_string()))?
+        rkyv::from_bytes::<State, RkyvError>(payload).map_err(|e| damaged(e.to_string()))?
     } else {
-        decode_sections(&payload).map_err(damaged)?
+        decode_sections(payload).map_err(damaged)?
     };
     if state.last_seq != seq {
         return Err(damaged(format!(
@@ -272,39 +264,67 @@ fn decode_sections(payload: &[u8]) -> Result<State, String> {
         at = end.next_multiple_of(SECTION_HEAD);
     }
     let shell = shell.ok_or("no state section")?;
-    let (shell, order_lists, fill_lists) = std::thread::scope(|scope| {
-        let orders = scope.spawn(|| {
-            orders
-                .iter()
-                .map(|bytes| rkyv::from_bytes::<Vec<Order>, RkyvError>(bytes))
-                .collect::<Result<Vec<_>, _>>()
-        });
-        let shell = rkyv::from_bytes::<State, RkyvError>(shell);
-        let fills = fills
-            .iter()
-            .map(|bytes| rkyv::from_bytes::<Vec<Fill>, RkyvError>(bytes))
-            .collect::<Result<Vec<_>, _>>();
-        let orders = orders
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (shell, orders, fills)
+    // Two threads take the sections in turn (the shell first, the largest),
+    // so neither waits while the other has work; the lists go back in order.
+    let mut jobs: Vec<(u32, &[u8])> = vec![(SECTION_SHELL, shell)];
+    jobs.extend(orders.iter().map(|b| (SECTION_ORDERS, *b)));
+    jobs.extend(fills.iter().map(|b| (SECTION_FILLS, *b)));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(&(kind, bytes)) = jobs.get(i) else {
+                return done;
+            };
+            let decoded = match kind {
+                SECTION_SHELL => {
+                    rkyv::from_bytes::<State, RkyvError>(bytes).map(|s| Section::Shell(Box::new(s)))
+                }
+                SECTION_ORDERS => {
+                    rkyv::from_bytes::<Vec<Order>, RkyvError>(bytes).map(Section::Orders)
+                }
+                _ => rkyv::from_bytes::<Vec<Fill>, RkyvError>(bytes).map(Section::Fills),
+            };
+            done.push((i, decoded.map_err(|e| e.to_string())));
+        }
+    };
+    let mut decoded = std::thread::scope(|scope| {
+        let other = scope.spawn(work);
+        let mut decoded = work();
+        decoded.extend(
+            other
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        );
+        decoded
     });
-    let mut state = shell.map_err(|e| e.to_string())?;
+    decoded.sort_by_key(|(i, _)| *i);
+    let mut sections = decoded.into_iter().map(|(_, section)| section);
+    let state = match sections.next() {
+        Some(Ok(Section::Shell(state))) => state,
+        Some(Err(e)) => return Err(format!("the state section: {e}")),
+        _ => return Err("no state section".into()),
+    };
+    let mut state = *state;
     if !state.orders.is_empty() || !state.fills.is_empty() {
         return Err("the state section holds orders or fills".into());
     }
-    state.orders = concat(order_lists.map_err(|e| e.to_string())?);
-    state.fills = concat(fill_lists.map_err(|e| e.to_string())?);
+    for section in sections {
+        match section? {
+            Section::Orders(list) => state.orders.extend(list),
+            Section::Fills(list) => state.fills.extend(list),
+            Section::Shell(_) => return Err("a second state section".into()),
+        }
+    }
     Ok(state)
 }
 
-/// The lists one after the other.
-fn concat<T>(lists: Vec<Vec<T>>) -> Vec<T> {
-    let mut all = Vec::with_capacity(lists.iter().map(Vec::len).sum());
-    for list in lists {
-        all.extend(list);
-    }
-    all
+/// One decoded section.
+enum Section {
+    Shell(Box<State>),
+    Orders(Vec<Order>),
+    Fills(Vec<Fill>),
 }
 
 /// The newest valid snapshot at or before `max_seq`, and the damaged ones
@@ -343,13 +363,6 @@ mod tests {
         };
         let path = write(dir.path(), &mut state).unwrap();
         assert_eq!(load(&path).unwrap(), state);
-        for chunk in [1, 7, 16, 4096] {
-            assert_eq!(
-                load_chunked(&path, chunk).unwrap(),
-                state,
-                "chunks of {chunk}"
-            );
-        }
         let good = fs::read(&path).unwrap();
         let broken = dir.path().join("broken.snap");
         let cases: Vec<(Vec<u8>, &str)> = vec![
