@@ -130,37 +130,117 @@ pub struct Book {
     cache: ChecksumCache,
 }
 
-/// Longest text of one side: ten levels of `0.XX:` and a 20-digit count.
-const SIDE_TEXT_MAX: usize = 10 * 26;
+/// Longest text of one level: `0.XX:` and a count of up to 20 digits.
+const PIECE_MAX: usize = 25;
+/// Bytes kept per level's text (the copy into a side's text is fixed-size).
+const PIECE_BYTES: usize = 31;
+/// Longest text of one side: ten levels and the commas between them.
+const SIDE_TEXT_MAX: usize = CHECKSUM_LEVELS * (PIECE_MAX + 1);
+/// Longest whole text: `up:`, `|down:` and two sides.
+const TEXT_MAX: usize = 9 + 2 * SIDE_TEXT_MAX;
 
-/// One side's checksum text and the lowest price it includes.
+/// One level as text, `0.XX:count`, written when the level is next needed
+/// after its count changed.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    bytes: [u8; PIECE_BYTES],
+    len: u8,
+}
+
+const EMPTY_PIECE: Piece = Piece {
+    bytes: [0; PIECE_BYTES],
+    len: 0,
+};
+
+impl Piece {
+    fn of(price: PriceCents, total: u64) -> Self {
+        let mut piece = EMPTY_PIECE;
+        let mut len = write_price(&mut piece.bytes, price);
+        piece.bytes[len] = b':';
+        len += 1;
+        len += write_u64(&mut piece.bytes[len..], total);
+        piece.len = len as u8;
+        piece
+    }
+}
+
+/// One side's checksum text, the lowest price it includes, and the text of
+/// every level.
 #[derive(Clone, Debug)]
 struct SideText {
-    bytes: [u8; SIDE_TEXT_MAX],
+    /// The text, with room for a whole piece past its longest length.
+    bytes: [u8; SIDE_TEXT_MAX + PIECE_BYTES],
     len: usize,
     /// Lowest price among the levels written (0 when fewer than ten), so a
     /// change below it cannot change the text.
     floor: PriceCents,
     valid: bool,
+    /// Bit p set when the piece of level p is out of date.
+    stale: u128,
+    pieces: [Piece; LEVELS],
 }
 
-impl Default for SideText {
-    fn default() -> Self {
+impl SideText {
+    fn new() -> Self {
         Self {
-            bytes: [0; SIDE_TEXT_MAX],
+            bytes: [0; SIDE_TEXT_MAX + PIECE_BYTES],
             len: 0,
             floor: 0,
             valid: false,
+            stale: u128::MAX,
+            pieces: [EMPTY_PIECE; LEVELS],
         }
     }
+
+    /// Writes the side's ten best levels, best first, as `p:c,p:c`,
+    /// formatting only the levels that changed since they were last written.
+    fn rewrite(&mut self, side: &Side) {
+        let mut occupied = u128::from(side.occupied[0]) | (u128::from(side.occupied[1]) << 64);
+        let mut len = 0;
+        let mut written = 0;
+        let mut lowest = 0;
+        while occupied != 0 && written < CHECKSUM_LEVELS {
+            let price = 127 - occupied.leading_zeros() as usize;
+            occupied &= !(1u128 << price);
+            if self.stale & (1u128 << price) != 0 {
+                self.pieces[price] = Piece::of(price as PriceCents, side.levels[price].total);
+                self.stale &= !(1u128 << price);
+            }
+            if written > 0 {
+                self.bytes[len] = b',';
+                len += 1;
+            }
+            let piece = &self.pieces[price];
+            self.bytes[len..len + PIECE_BYTES].copy_from_slice(&piece.bytes);
+            len += usize::from(piece.len);
+            written += 1;
+            lowest = price as PriceCents;
+        }
+        self.len = len;
+        self.floor = if written == CHECKSUM_LEVELS {
+            lowest
+        } else {
+            0
+        };
+        self.valid = true;
+    }
+}
+
+/// Both sides' texts and the checksum they give.
+#[derive(Clone, Debug)]
+struct Texts {
+    sides: [SideText; 2],
+    /// The checksum of the texts as they stand, until a change alters them.
+    crc: Option<u32>,
 }
 
 /// Per-side checksum texts kept between book changes: most changes touch
 /// one side, often below its tenth level, and writing the levels as text
-/// was most of the cost of a checksum.
+/// was most of the cost of a checksum. Each level's text is kept too, so a
+/// change rewrites one number, not ten. Allocated at the first checksum.
 #[derive(Clone, Debug, Default)]
 pub struct ChecksumCache {
-    sides: [SideText; 2],
+    texts: Option<Box<Texts>>,
 }
 
 impl PartialEq for ChecksumCache {
@@ -291,28 +371,41 @@ impl Book {
     }
 
     /// The checksum as `checksum` computes it, rewriting only the side
-    /// texts that a change since the last call may have altered.
+    /// texts, and in them only the levels, that a change since the last
+    /// call may have altered.
     pub fn checksum_cached(&mut self) -> u32 {
-        for outcome in [Outcome::Up, Outcome::Down] {
-            let side = &self.sides[outcome.index()];
-            let text = &mut self.cache.sides[outcome.index()];
+        let texts = self.cache.texts.get_or_insert_with(|| {
+            Box::new(Texts {
+                sides: [SideText::new(), SideText::new()],
+                crc: None,
+            })
+        });
+        if let Some(crc) = texts.crc {
+            return crc;
+        }
+        for (side, text) in self.sides.iter().zip(texts.sides.iter_mut()) {
             if !text.valid {
-                text.len = write_side(side, &mut text.bytes);
-                text.floor = if side.top(CHECKSUM_LEVELS).count() == CHECKSUM_LEVELS {
-                    side.top(CHECKSUM_LEVELS).last().map_or(0, |(p, _)| p)
-                } else {
-                    0
-                };
-                text.valid = true;
+                text.rewrite(side);
             }
         }
-        let [up, down] = &self.cache.sides;
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(b"up:");
-        hasher.update(&up.bytes[..up.len]);
-        hasher.update(b"|down:");
-        hasher.update(&down.bytes[..down.len]);
-        hasher.finalize()
+        let [up, down] = &texts.sides;
+        let mut buf = [0u8; TEXT_MAX];
+        buf[..3].copy_from_slice(b"up:");
+        let mut len = 3;
+        buf[len..len + up.len].copy_from_slice(&up.bytes[..up.len]);
+        len += up.len;
+        buf[len..len + 6].copy_from_slice(b"|down:");
+        len += 6;
+        buf[len..len + down.len].copy_from_slice(&down.bytes[..down.len]);
+        len += down.len;
+        let crc = crc32fast::hash(&buf[..len]);
+        texts.crc = Some(crc);
+        crc
+    }
+
+    /// Frees the cached texts (a closed market's book changes no more).
+    pub fn release_checksum_cache(&mut self) {
+        self.cache.texts = None;
     }
 
     /// The spec's checksum of the book as it stands (SPEC "Checksum").
@@ -352,27 +445,15 @@ impl Book {
 impl ChecksumCache {
     /// A level of `outcome` at `price` changed.
     fn touch(&mut self, outcome: Outcome, price: PriceCents) {
-        let text = &mut self.sides[outcome.index()];
-        if price >= text.floor {
-            text.valid = false;
+        if let Some(texts) = &mut self.texts {
+            let text = &mut texts.sides[outcome.index()];
+            text.stale |= 1u128 << price;
+            if price >= text.floor {
+                text.valid = false;
+                texts.crc = None;
+            }
         }
     }
-}
-
-/// Writes one side's levels, best first, as `p:c,p:c`; returns the length.
-fn write_side(side: &Side, out: &mut [u8; SIDE_TEXT_MAX]) -> usize {
-    let mut len = 0;
-    for (n, (price, total)) in side.top(CHECKSUM_LEVELS).enumerate() {
-        if n > 0 {
-            out[len] = b',';
-            len += 1;
-        }
-        len += write_price(&mut out[len..], price);
-        out[len] = b':';
-        len += 1;
-        len += write_u64(&mut out[len..], total);
-    }
-    len
 }
 
 /// Writes `0.XX` for a price in cents; returns 4.

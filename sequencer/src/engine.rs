@@ -274,6 +274,7 @@ impl State {
         self.emit_ticker_if_changed(id, top_before, events);
         let m = &mut self.markets[id as usize];
         debug_assert_eq!(m.book.resting_orders(), 0);
+        m.book.release_checksum_cache();
         m.status = MarketStatus::Closed;
         events.push(Event::Lifecycle {
             market: id,
