@@ -1003,7 +1003,7 @@ impl State {
 
         self.match_order(id, dry.would_fill, (taker_bps, maker_bps), events);
 
-        let order = self.orders[id as usize - 1];
+        let order = &self.orders[id as usize - 1];
         if order.remaining() > 0 {
             match order.time_in_force {
                 TimeInForce::GoodTillCanceled => self.rest(id, events),
@@ -1033,12 +1033,14 @@ impl State {
         rates: (u32, u32),
         events: &mut Vec<Event>,
     ) {
-        let taker = self.orders[id as usize - 1];
+        let taker = &self.orders[id as usize - 1];
         let (side, price) = taker.book_place();
         let opposite = side.other();
-        let mut left = taker.remaining();
+        let (taker_market, taker_account, taker_remaining) =
+            (taker.market, taker.account, taker.remaining());
+        let mut left = taker_remaining;
         while left > 0 {
-            let book = &self.markets[taker.market as usize].book;
+            let book = &self.markets[taker_market as usize].book;
             let Some(best) = book.side(opposite).best() else {
                 break;
             };
@@ -1047,14 +1049,14 @@ impl State {
             }
             let mut level_delta: i64 = 0;
             while left > 0 {
-                let book = &self.markets[taker.market as usize].book;
+                let book = &self.markets[taker_market as usize].book;
                 let node_index = book.head(opposite, best);
                 if node_index == NIL {
                     break;
                 }
                 let node = *book.node(node_index);
                 assert_ne!(
-                    node.account, taker.account,
+                    node.account, taker_account,
                     "the dry run refused self-trades"
                 );
                 let qty = left.min(node.remaining);
@@ -1065,19 +1067,20 @@ impl State {
                 } else {
                     flip(best)
                 };
-                let market = &mut self.markets[taker.market as usize];
+                let market = &mut self.markets[taker_market as usize];
                 let maker_left = market.book.reduce(opposite, best, node_index, qty);
                 self.trade(id, node.order, qty, up_price, rates, events);
                 if maker_left == 0 {
                     self.unrest(node.order);
                 }
-                let maker = self.orders[node.order as usize - 1];
-                events.push(Event::Order(maker));
-                self.emit_account(maker.account, maker.market, maker.outcome, events);
+                let maker = &self.orders[node.order as usize - 1];
+                let (account, market, outcome) = (maker.account, maker.market, maker.outcome);
+                events.push(Event::Order(*maker));
+                self.emit_account(account, market, outcome, events);
             }
-            let checksum = self.markets[taker.market as usize].book.checksum_cached();
+            let checksum = self.markets[taker_market as usize].book.checksum_cached();
             events.push(Event::BookDelta {
-                market: taker.market,
+                market: taker_market,
                 outcome: opposite,
                 price: best,
                 delta: level_delta,
@@ -1085,7 +1088,7 @@ impl State {
             });
         }
         assert_eq!(
-            taker.remaining() - left,
+            taker_remaining - left,
             expected_fill,
             "matching fills what the dry run found"
         );
@@ -1104,10 +1107,11 @@ impl State {
     ) {
         let trade_id = self.trades_total + 1;
         self.trades_total = trade_id;
-        let taker_order = self.orders[taker as usize - 1];
-        let maker_order = self.orders[maker as usize - 1];
-        let market = taker_order.market;
-        match (taker_order.action, maker_order.action) {
+        let taker_order = &self.orders[taker as usize - 1];
+        let (market, taker_outcome, taker_action) =
+            (taker_order.market, taker_order.outcome, taker_order.action);
+        let maker_action = self.orders[maker as usize - 1].action;
+        match (taker_action, maker_action) {
             (Action::Buy, Action::Buy) => self.markets[market as usize].pairs += u64::from(qty),
             (Action::Sell, Action::Sell) => self.markets[market as usize].pairs -= u64::from(qty),
             _ => {}
@@ -1119,8 +1123,8 @@ impl State {
             market,
             up_price,
             count: qty,
-            taker_outcome: taker_order.outcome,
-            taker_action: taker_order.action,
+            taker_outcome,
+            taker_action,
             ts_ms: self.now_ms,
         };
         let m = &mut self.markets[market as usize];
@@ -1235,29 +1239,34 @@ impl State {
 
     /// Puts what remains of a new order on the book.
     fn rest(&mut self, id: OrderId, events: &mut Vec<Event>) {
-        let order = self.orders[id as usize - 1];
+        let order = &self.orders[id as usize - 1];
         let (side, price) = order.book_place();
-        let market = &mut self.markets[order.market as usize];
-        let node = market
-            .book
-            .push(side, price, id, order.account, order.remaining());
-        if order.action == Action::Buy {
-            market.resting_buy_notional +=
-                Cents::from(order.remaining()) * Cents::from(order.price);
+        let (market_id, account, key, action, limit, remaining) = (
+            order.market,
+            order.account,
+            order.key,
+            order.action,
+            order.price,
+            order.remaining(),
+        );
+        let market = &mut self.markets[market_id as usize];
+        let node = market.book.push(side, price, id, account, remaining);
+        if action == Action::Buy {
+            market.resting_buy_notional += Cents::from(remaining) * Cents::from(limit);
         }
         let checksum = market.book.checksum_cached();
         events.push(Event::BookDelta {
-            market: order.market,
+            market: market_id,
             outcome: side,
             price,
-            delta: i64::from(order.remaining()),
+            delta: i64::from(remaining),
             checksum,
         });
         self.orders[id as usize - 1].node = node;
-        let key = &mut self.keys[order.key as usize];
+        let key = &mut self.keys[key as usize];
         key.resting_orders += 1;
-        *key.resting_by_market.entry(order.market).or_default() += 1;
-        self.accounts[order.account as usize - 1].resting_orders += 1;
+        *key.resting_by_market.entry(market_id).or_default() += 1;
+        self.accounts[account as usize - 1].resting_orders += 1;
     }
 
     /// Bookkeeping when a resting order leaves the book fully filled.
@@ -1305,18 +1314,29 @@ impl State {
 
     /// Takes a resting order off the book and cancels it.
     fn cancel_resting(&mut self, id: OrderId, events: &mut Vec<Event>) {
-        let order = self.orders[id as usize - 1];
+        let order = &self.orders[id as usize - 1];
         assert!(order.is_resting() && order.node != NIL);
         let (side, price) = order.book_place();
-        let market = &mut self.markets[order.market as usize];
-        let removed = market.book.remove(side, price, order.node);
-        debug_assert_eq!(removed, order.remaining());
-        if order.action == Action::Buy {
-            market.resting_buy_notional -= Cents::from(removed) * Cents::from(order.price);
+        let (market_id, account, outcome, action, limit, node) = (
+            order.market,
+            order.account,
+            order.outcome,
+            order.action,
+            order.price,
+            order.node,
+        );
+        debug_assert_eq!(
+            self.markets[market_id as usize].book.node(node).remaining,
+            order.remaining()
+        );
+        let market = &mut self.markets[market_id as usize];
+        let removed = market.book.remove(side, price, node);
+        if action == Action::Buy {
+            market.resting_buy_notional -= Cents::from(removed) * Cents::from(limit);
         }
         let checksum = market.book.checksum_cached();
         events.push(Event::BookDelta {
-            market: order.market,
+            market: market_id,
             outcome: side,
             price,
             delta: -i64::from(removed),
@@ -1326,7 +1346,7 @@ impl State {
         self.orders[id as usize - 1].status = OrderStatus::Canceled;
         self.release_remainder(id);
         events.push(Event::Order(self.orders[id as usize - 1]));
-        self.emit_account(order.account, order.market, order.outcome, events);
+        self.emit_account(account, market_id, outcome, events);
     }
 
     fn cancel_order(
@@ -1339,11 +1359,7 @@ impl State {
             Ok(key) => key.account,
             Err(reject) => return reject.into(),
         };
-        let Some(order) = self
-            .order(order_id)
-            .filter(|o| o.account == account)
-            .copied()
-        else {
+        let Some(order) = self.order(order_id).filter(|o| o.account == account) else {
             return Reply::reject(
                 ErrorCode::OrderNotFound,
                 format!("No order {order_id} on this account."),
@@ -1352,13 +1368,14 @@ impl State {
         if !order.is_resting() {
             // DESIGN §5: a retried cancel is always safe; the order as it stands.
             return Reply::Order {
-                order,
+                order: *order,
                 created: false,
             };
         }
-        let top_before = self.top(order.market);
+        let market = order.market;
+        let top_before = self.top(market);
         self.cancel_resting(order_id, events);
-        self.emit_ticker_if_changed(order.market, top_before, events);
+        self.emit_ticker_if_changed(market, top_before, events);
         Reply::Order {
             order: self.orders[order_id as usize - 1],
             created: false,
