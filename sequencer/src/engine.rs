@@ -8,7 +8,7 @@ use crate::auth::{check_key, KeyRefusal};
 use crate::book::NIL;
 use crate::calendar::market_ticker;
 use crate::command::{AccountFlag, Command, NewKey, NewOrder, SeriesConfig, Stamped, VenueConfig};
-use crate::event::{Event, Phase, Top};
+use crate::event::{Event, OrderUpdate, Phase, Top};
 use crate::fees::{fee_cents, max_fee_per_contract};
 use crate::hash::StableHasher;
 use crate::limits::*;
@@ -1015,7 +1015,7 @@ impl State {
         }
         let order = self.orders[id as usize - 1];
         debug_assert_eq!(order.hold, order.hold_formula());
-        events.push(Event::Order(order));
+        events.push(Event::Order(OrderUpdate::of(&order)));
         self.emit_account(account_id, market_id, new.outcome, events);
         self.emit_ticker_if_changed(market_id, top_before, events);
         Reply::Order {
@@ -1075,7 +1075,7 @@ impl State {
                 }
                 let maker = &self.orders[node.order as usize - 1];
                 let (account, market, outcome) = (maker.account, maker.market, maker.outcome);
-                events.push(Event::Order(*maker));
+                events.push(Event::Order(OrderUpdate::of(maker)));
                 self.emit_account(account, market, outcome, events);
             }
             let checksum = self.markets[taker_market as usize].book.checksum_cached();
@@ -1345,7 +1345,7 @@ impl State {
         self.unrest(id);
         self.orders[id as usize - 1].status = OrderStatus::Canceled;
         self.release_remainder(id);
-        events.push(Event::Order(self.orders[id as usize - 1]));
+        events.push(Event::Order(OrderUpdate::of(&self.orders[id as usize - 1])));
         self.emit_account(account, market_id, outcome, events);
     }
 

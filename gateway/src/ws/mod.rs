@@ -143,7 +143,16 @@ fn sink(tx: crossbeam_channel::Sender<Input>, stats: Arc<Stats>) -> EventSink {
             if events.is_empty() {
                 return;
             }
-            Input::Events(events)
+            // Order events carry what changed; the publisher writes whole
+            // records, rebuilt here from the state (their fixed fields).
+            let orders = events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Order(update) => Some(update.order(state)),
+                    _ => None,
+                })
+                .collect();
+            Input::Events(events, orders)
         };
         match tx.try_send(input) {
             Ok(()) => owe_picture = false,
