@@ -2,7 +2,7 @@
 //! of SPEC.md and DESIGN.md §2-4 lives here, once. Checks run before any
 //! change, so a rejected command leaves the state exactly as it was.
 
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 
 use crate::auth::{check_key, KeyRefusal};
 use crate::book::NIL;
@@ -55,7 +55,7 @@ impl State {
         let reply = self.dispatch(&stamped.command, events);
         let mut hasher = StableHasher::resume(self.event_hash);
         for event in &events[first_event..] {
-            event.hash(&mut hasher);
+            event.digest(&mut hasher);
         }
         self.event_hash = hasher.finish();
         self.events_total += (events.len() - first_event) as u64;
