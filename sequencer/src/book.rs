@@ -136,8 +136,8 @@ const PIECE_MAX: usize = 25;
 const PIECE_BYTES: usize = 31;
 /// Longest text of one side: ten levels and the commas between them.
 const SIDE_TEXT_MAX: usize = CHECKSUM_LEVELS * (PIECE_MAX + 1);
-/// Longest whole text: `up:`, `|down:` and two sides.
-const TEXT_MAX: usize = 9 + 2 * SIDE_TEXT_MAX;
+/// Room for a side's label before its levels and `|down:` after them.
+const SIDE_TEXT_EXTRA: usize = 3 + 6;
 
 /// One level as text, `0.XX:count`, written when the level is next needed
 /// after its count changed.
@@ -164,13 +164,17 @@ impl Piece {
     }
 }
 
-/// One side's checksum text, the lowest price it includes, and the text of
-/// every level.
+/// One side's part of the checksum text, the lowest price it includes,
+/// and the text of every level. The up side's part is `up:` + its levels +
+/// `|down:`, the down side's its levels alone: the whole text is the one
+/// then the other.
 #[derive(Clone, Debug)]
 struct SideText {
     /// The text, with room for a whole piece past its longest length.
-    bytes: [u8; SIDE_TEXT_MAX + PIECE_BYTES],
+    bytes: [u8; SIDE_TEXT_EXTRA + SIDE_TEXT_MAX + PIECE_BYTES],
     len: usize,
+    /// Where the levels start (after the label).
+    head: usize,
     /// Lowest price among the levels written (0 when fewer than ten), so a
     /// change below it cannot change the text.
     floor: PriceCents,
@@ -181,10 +185,13 @@ struct SideText {
 }
 
 impl SideText {
-    fn new() -> Self {
+    fn new(label: &[u8]) -> Self {
+        let mut bytes = [0; SIDE_TEXT_EXTRA + SIDE_TEXT_MAX + PIECE_BYTES];
+        bytes[..label.len()].copy_from_slice(label);
         Self {
-            bytes: [0; SIDE_TEXT_MAX + PIECE_BYTES],
-            len: 0,
+            bytes,
+            len: label.len(),
+            head: label.len(),
             floor: 0,
             valid: false,
             stale: u128::MAX,
@@ -196,7 +203,7 @@ impl SideText {
     /// formatting only the levels that changed since they were last written.
     fn rewrite(&mut self, side: &Side) {
         let mut occupied = u128::from(side.occupied[0]) | (u128::from(side.occupied[1]) << 64);
-        let mut len = 0;
+        let mut len = self.head;
         let mut written = 0;
         let mut lowest = 0;
         while occupied != 0 && written < CHECKSUM_LEVELS {
@@ -230,6 +237,9 @@ impl SideText {
 #[derive(Clone, Debug)]
 struct Texts {
     sides: [SideText; 2],
+    /// The crc state after the up side's part, while that part is valid:
+    /// a change on the down side alone hashes only the down side's part.
+    after_up: crc32fast::Hasher,
     /// The checksum of the texts as they stand, until a change alters them.
     crc: Option<u32>,
 }
@@ -376,29 +386,28 @@ impl Book {
     pub fn checksum_cached(&mut self) -> u32 {
         let texts = self.cache.texts.get_or_insert_with(|| {
             Box::new(Texts {
-                sides: [SideText::new(), SideText::new()],
+                sides: [SideText::new(b"up:"), SideText::new(b"")],
+                after_up: crc32fast::Hasher::new(),
                 crc: None,
             })
         });
         if let Some(crc) = texts.crc {
             return crc;
         }
-        for (side, text) in self.sides.iter().zip(texts.sides.iter_mut()) {
-            if !text.valid {
-                text.rewrite(side);
-            }
+        let [up, down] = &mut texts.sides;
+        if !up.valid {
+            up.rewrite(&self.sides[0]);
+            up.bytes[up.len..up.len + 6].copy_from_slice(b"|down:");
+            up.len += 6;
+            texts.after_up = crc32fast::Hasher::new();
+            texts.after_up.update(&up.bytes[..up.len]);
         }
-        let [up, down] = &texts.sides;
-        let mut buf = [0u8; TEXT_MAX];
-        buf[..3].copy_from_slice(b"up:");
-        let mut len = 3;
-        buf[len..len + up.len].copy_from_slice(&up.bytes[..up.len]);
-        len += up.len;
-        buf[len..len + 6].copy_from_slice(b"|down:");
-        len += 6;
-        buf[len..len + down.len].copy_from_slice(&down.bytes[..down.len]);
-        len += down.len;
-        let crc = crc32fast::hash(&buf[..len]);
+        if !down.valid {
+            down.rewrite(&self.sides[1]);
+        }
+        let mut hasher = texts.after_up.clone();
+        hasher.update(&down.bytes[..down.len]);
+        let crc = hasher.finalize();
         texts.crc = Some(crc);
         crc
     }
