@@ -182,6 +182,12 @@ struct SideText {
     /// Bit p set when the piece of level p is out of date.
     stale: u128,
     pieces: [Piece; LEVELS],
+    /// Bit p set when level p is in the text (valid while the text is).
+    shown: u128,
+    /// Where each shown level's piece starts in the text.
+    offsets: [u16; LEVELS],
+    /// Length of each shown level's piece in the text.
+    lens: [u8; LEVELS],
 }
 
 impl SideText {
@@ -196,7 +202,27 @@ impl SideText {
             valid: false,
             stale: u128::MAX,
             pieces: [EMPTY_PIECE; LEVELS],
+            shown: 0,
+            offsets: [0; LEVELS],
+            lens: [0; LEVELS],
         }
+    }
+
+    /// Rewrites the count of a level in the text in place if it is shown,
+    /// not emptied and as long as before; says whether it did.
+    fn patch(&mut self, price: PriceCents, total: u64) -> bool {
+        let p = usize::from(price);
+        if self.shown & (1u128 << p) == 0 || total == 0 {
+            return false;
+        }
+        let mut digits = [0u8; 20];
+        let n = write_u64(&mut digits, total);
+        if 5 + n != usize::from(self.lens[p]) {
+            return false;
+        }
+        let at = usize::from(self.offsets[p]) + 5;
+        self.bytes[at..at + n].copy_from_slice(&digits[..n]);
+        true
     }
 
     /// Writes the side's ten best levels, best first, as `p:c,p:c`,
@@ -206,6 +232,7 @@ impl SideText {
         let mut len = self.head;
         let mut written = 0;
         let mut lowest = 0;
+        self.shown = 0;
         while occupied != 0 && written < CHECKSUM_LEVELS {
             let price = 127 - occupied.leading_zeros() as usize;
             occupied &= !(1u128 << price);
@@ -219,6 +246,9 @@ impl SideText {
             }
             let piece = &self.pieces[price];
             self.bytes[len..len + PIECE_BYTES].copy_from_slice(&piece.bytes);
+            self.shown |= 1u128 << price;
+            self.offsets[price] = len as u16;
+            self.lens[price] = piece.len;
             len += usize::from(piece.len);
             written += 1;
             lowest = price as PriceCents;
@@ -240,6 +270,8 @@ struct Texts {
     /// The crc state after the up side's part, while that part is valid:
     /// a change on the down side alone hashes only the down side's part.
     after_up: crc32fast::Hasher,
+    /// Whether `after_up` is the state after the up side's text as it is.
+    up_hashed: bool,
     /// The checksum of the texts as they stand, until a change alters them.
     crc: Option<u32>,
 }
@@ -325,7 +357,7 @@ impl Book {
             level.head = index;
         }
         level.total += u64::from(count);
-        self.cache.touch(outcome, price);
+        self.cache.touch(outcome, price, level.total);
         if tail != NIL {
             self.nodes[tail as usize].next = index;
             self.nodes[index as usize].prev = tail;
@@ -342,8 +374,9 @@ impl Book {
         assert!(count <= node.remaining, "cannot take more than rests");
         node.remaining -= count;
         let left = node.remaining;
-        self.sides[outcome.index()].levels[usize::from(price)].total -= u64::from(count);
-        self.cache.touch(outcome, price);
+        let level = &mut self.sides[outcome.index()].levels[usize::from(price)];
+        level.total -= u64::from(count);
+        self.cache.touch(outcome, price, level.total);
         if left == 0 {
             self.unlink(outcome, price, index);
         }
@@ -388,6 +421,7 @@ impl Book {
             Box::new(Texts {
                 sides: [SideText::new(b"up:"), SideText::new(b"")],
                 after_up: crc32fast::Hasher::new(),
+                up_hashed: false,
                 crc: None,
             })
         });
@@ -399,6 +433,10 @@ impl Book {
             up.rewrite(&self.sides[0]);
             up.bytes[up.len..up.len + 6].copy_from_slice(b"|down:");
             up.len += 6;
+            texts.up_hashed = false;
+        }
+        if !texts.up_hashed {
+            texts.up_hashed = true;
             texts.after_up = crc32fast::Hasher::new();
             texts.after_up.update(&up.bytes[..up.len]);
         }
@@ -452,14 +490,23 @@ impl Book {
 }
 
 impl ChecksumCache {
-    /// A level of `outcome` at `price` changed.
-    fn touch(&mut self, outcome: Outcome, price: PriceCents) {
+    /// The level of `outcome` at `price` now holds `total`. A level in the
+    /// text whose count keeps its number of digits is rewritten in place
+    /// (the common case: the set of ten levels and every other piece stay
+    /// where they are); any other change at or above the tenth level
+    /// leaves the side to be rewritten.
+    fn touch(&mut self, outcome: Outcome, price: PriceCents, total: u64) {
         if let Some(texts) = &mut self.texts {
             let text = &mut texts.sides[outcome.index()];
             text.stale |= 1u128 << price;
             if price >= text.floor {
-                text.valid = false;
                 texts.crc = None;
+                if outcome == Outcome::Up {
+                    texts.up_hashed = false;
+                }
+                if !(text.valid && text.patch(price, total)) {
+                    text.valid = false;
+                }
             }
         }
     }
