@@ -215,13 +215,17 @@ impl SideText {
         if self.shown & (1u128 << p) == 0 || total == 0 {
             return false;
         }
-        let mut digits = [0u8; 20];
-        let n = write_u64(&mut digits, total);
-        if 5 + n != usize::from(self.lens[p]) {
+        let n = usize::from(self.lens[p]) - 5;
+        if total.checked_ilog10().unwrap_or(0) as usize + 1 != n {
             return false;
         }
+        // The digits, last first, straight into their place.
         let at = usize::from(self.offsets[p]) + 5;
-        self.bytes[at..at + n].copy_from_slice(&digits[..n]);
+        let mut v = total;
+        for byte in self.bytes[at..at + n].iter_mut().rev() {
+            *byte = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
         true
     }
 
