@@ -130,37 +130,163 @@ pub struct Book {
     cache: ChecksumCache,
 }
 
-/// Longest text of one side: ten levels of `0.XX:` and a 20-digit count.
-const SIDE_TEXT_MAX: usize = 10 * 26;
+/// Longest text of one level: `0.XX:` and a count of up to 20 digits.
+const PIECE_MAX: usize = 25;
+/// Bytes kept per level's text (the copy into a side's text is fixed-size).
+const PIECE_BYTES: usize = 31;
+/// Longest text of one side: ten levels and the commas between them.
+const SIDE_TEXT_MAX: usize = CHECKSUM_LEVELS * (PIECE_MAX + 1);
+/// Room for a side's label before its levels and `|down:` after them.
+const SIDE_TEXT_EXTRA: usize = 3 + 6;
 
-/// One side's checksum text and the lowest price it includes.
+/// One level as text, `0.XX:count`, written when the level is next needed
+/// after its count changed.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    bytes: [u8; PIECE_BYTES],
+    len: u8,
+}
+
+const EMPTY_PIECE: Piece = Piece {
+    bytes: [0; PIECE_BYTES],
+    len: 0,
+};
+
+impl Piece {
+    fn of(price: PriceCents, total: u64) -> Self {
+        let mut piece = EMPTY_PIECE;
+        let mut len = write_price(&mut piece.bytes, price);
+        piece.bytes[len] = b':';
+        len += 1;
+        len += write_u64(&mut piece.bytes[len..], total);
+        piece.len = len as u8;
+        piece
+    }
+}
+
+/// One side's part of the checksum text, the lowest price it includes,
+/// and the text of every level. The up side's part is `up:` + its levels +
+/// `|down:`, the down side's its levels alone: the whole text is the one
+/// then the other.
 #[derive(Clone, Debug)]
 struct SideText {
-    bytes: [u8; SIDE_TEXT_MAX],
+    /// The text, with room for a whole piece past its longest length.
+    bytes: [u8; SIDE_TEXT_EXTRA + SIDE_TEXT_MAX + PIECE_BYTES],
     len: usize,
+    /// Where the levels start (after the label).
+    head: usize,
     /// Lowest price among the levels written (0 when fewer than ten), so a
     /// change below it cannot change the text.
     floor: PriceCents,
     valid: bool,
+    /// Bit p set when the piece of level p is out of date.
+    stale: u128,
+    pieces: [Piece; LEVELS],
+    /// Bit p set when level p is in the text (valid while the text is).
+    shown: u128,
+    /// Where each shown level's piece starts in the text.
+    offsets: [u16; LEVELS],
+    /// Length of each shown level's piece in the text.
+    lens: [u8; LEVELS],
 }
 
-impl Default for SideText {
-    fn default() -> Self {
+impl SideText {
+    fn new(label: &[u8]) -> Self {
+        let mut bytes = [0; SIDE_TEXT_EXTRA + SIDE_TEXT_MAX + PIECE_BYTES];
+        bytes[..label.len()].copy_from_slice(label);
         Self {
-            bytes: [0; SIDE_TEXT_MAX],
-            len: 0,
+            bytes,
+            len: label.len(),
+            head: label.len(),
             floor: 0,
             valid: false,
+            stale: u128::MAX,
+            pieces: [EMPTY_PIECE; LEVELS],
+            shown: 0,
+            offsets: [0; LEVELS],
+            lens: [0; LEVELS],
         }
     }
+
+    /// Rewrites the count of a level in the text in place if it is shown,
+    /// not emptied and as long as before; says whether it did.
+    fn patch(&mut self, price: PriceCents, total: u64) -> bool {
+        let p = usize::from(price);
+        if self.shown & (1u128 << p) == 0 || total == 0 {
+            return false;
+        }
+        let n = usize::from(self.lens[p]) - 5;
+        if total.checked_ilog10().unwrap_or(0) as usize + 1 != n {
+            return false;
+        }
+        // The digits, last first, straight into their place.
+        let at = usize::from(self.offsets[p]) + 5;
+        let mut v = total;
+        for byte in self.bytes[at..at + n].iter_mut().rev() {
+            *byte = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+        true
+    }
+
+    /// Writes the side's ten best levels, best first, as `p:c,p:c`,
+    /// formatting only the levels that changed since they were last written.
+    fn rewrite(&mut self, side: &Side) {
+        let mut occupied = u128::from(side.occupied[0]) | (u128::from(side.occupied[1]) << 64);
+        let mut len = self.head;
+        let mut written = 0;
+        let mut lowest = 0;
+        self.shown = 0;
+        while occupied != 0 && written < CHECKSUM_LEVELS {
+            let price = 127 - occupied.leading_zeros() as usize;
+            occupied &= !(1u128 << price);
+            if self.stale & (1u128 << price) != 0 {
+                self.pieces[price] = Piece::of(price as PriceCents, side.levels[price].total);
+                self.stale &= !(1u128 << price);
+            }
+            if written > 0 {
+                self.bytes[len] = b',';
+                len += 1;
+            }
+            let piece = &self.pieces[price];
+            self.bytes[len..len + PIECE_BYTES].copy_from_slice(&piece.bytes);
+            self.shown |= 1u128 << price;
+            self.offsets[price] = len as u16;
+            self.lens[price] = piece.len;
+            len += usize::from(piece.len);
+            written += 1;
+            lowest = price as PriceCents;
+        }
+        self.len = len;
+        self.floor = if written == CHECKSUM_LEVELS {
+            lowest
+        } else {
+            0
+        };
+        self.valid = true;
+    }
+}
+
+/// Both sides' texts and the checksum they give.
+#[derive(Clone, Debug)]
+struct Texts {
+    sides: [SideText; 2],
+    /// The crc state after the up side's part, while that part is valid:
+    /// a change on the down side alone hashes only the down side's part.
+    after_up: crc32fast::Hasher,
+    /// Whether `after_up` is the state after the up side's text as it is.
+    up_hashed: bool,
+    /// The checksum of the texts as they stand, until a change alters them.
+    crc: Option<u32>,
 }
 
 /// Per-side checksum texts kept between book changes: most changes touch
 /// one side, often below its tenth level, and writing the levels as text
-/// was most of the cost of a checksum.
+/// was most of the cost of a checksum. Each level's text is kept too, so a
+/// change rewrites one number, not ten. Allocated at the first checksum.
 #[derive(Clone, Debug, Default)]
 pub struct ChecksumCache {
-    sides: [SideText; 2],
+    texts: Option<Box<Texts>>,
 }
 
 impl PartialEq for ChecksumCache {
@@ -235,7 +361,7 @@ impl Book {
             level.head = index;
         }
         level.total += u64::from(count);
-        self.cache.touch(outcome, price);
+        self.cache.touch(outcome, price, level.total);
         if tail != NIL {
             self.nodes[tail as usize].next = index;
             self.nodes[index as usize].prev = tail;
@@ -252,8 +378,9 @@ impl Book {
         assert!(count <= node.remaining, "cannot take more than rests");
         node.remaining -= count;
         let left = node.remaining;
-        self.sides[outcome.index()].levels[usize::from(price)].total -= u64::from(count);
-        self.cache.touch(outcome, price);
+        let level = &mut self.sides[outcome.index()].levels[usize::from(price)];
+        level.total -= u64::from(count);
+        self.cache.touch(outcome, price, level.total);
         if left == 0 {
             self.unlink(outcome, price, index);
         }
@@ -291,28 +418,45 @@ impl Book {
     }
 
     /// The checksum as `checksum` computes it, rewriting only the side
-    /// texts that a change since the last call may have altered.
+    /// texts, and in them only the levels, that a change since the last
+    /// call may have altered.
     pub fn checksum_cached(&mut self) -> u32 {
-        for outcome in [Outcome::Up, Outcome::Down] {
-            let side = &self.sides[outcome.index()];
-            let text = &mut self.cache.sides[outcome.index()];
-            if !text.valid {
-                text.len = write_side(side, &mut text.bytes);
-                text.floor = if side.top(CHECKSUM_LEVELS).count() == CHECKSUM_LEVELS {
-                    side.top(CHECKSUM_LEVELS).last().map_or(0, |(p, _)| p)
-                } else {
-                    0
-                };
-                text.valid = true;
-            }
+        let texts = self.cache.texts.get_or_insert_with(|| {
+            Box::new(Texts {
+                sides: [SideText::new(b"up:"), SideText::new(b"")],
+                after_up: crc32fast::Hasher::new(),
+                up_hashed: false,
+                crc: None,
+            })
+        });
+        if let Some(crc) = texts.crc {
+            return crc;
         }
-        let [up, down] = &self.cache.sides;
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(b"up:");
-        hasher.update(&up.bytes[..up.len]);
-        hasher.update(b"|down:");
+        let [up, down] = &mut texts.sides;
+        if !up.valid {
+            up.rewrite(&self.sides[0]);
+            up.bytes[up.len..up.len + 6].copy_from_slice(b"|down:");
+            up.len += 6;
+            texts.up_hashed = false;
+        }
+        if !texts.up_hashed {
+            texts.up_hashed = true;
+            texts.after_up = crc32fast::Hasher::new();
+            texts.after_up.update(&up.bytes[..up.len]);
+        }
+        if !down.valid {
+            down.rewrite(&self.sides[1]);
+        }
+        let mut hasher = texts.after_up.clone();
         hasher.update(&down.bytes[..down.len]);
-        hasher.finalize()
+        let crc = hasher.finalize();
+        texts.crc = Some(crc);
+        crc
+    }
+
+    /// Frees the cached texts (a closed market's book changes no more).
+    pub fn release_checksum_cache(&mut self) {
+        self.cache.texts = None;
     }
 
     /// The spec's checksum of the book as it stands (SPEC "Checksum").
@@ -350,29 +494,26 @@ impl Book {
 }
 
 impl ChecksumCache {
-    /// A level of `outcome` at `price` changed.
-    fn touch(&mut self, outcome: Outcome, price: PriceCents) {
-        let text = &mut self.sides[outcome.index()];
-        if price >= text.floor {
-            text.valid = false;
+    /// The level of `outcome` at `price` now holds `total`. A level in the
+    /// text whose count keeps its number of digits is rewritten in place
+    /// (the common case: the set of ten levels and every other piece stay
+    /// where they are); any other change at or above the tenth level
+    /// leaves the side to be rewritten.
+    fn touch(&mut self, outcome: Outcome, price: PriceCents, total: u64) {
+        if let Some(texts) = &mut self.texts {
+            let text = &mut texts.sides[outcome.index()];
+            text.stale |= 1u128 << price;
+            if price >= text.floor {
+                texts.crc = None;
+                if outcome == Outcome::Up {
+                    texts.up_hashed = false;
+                }
+                if !(text.valid && text.patch(price, total)) {
+                    text.valid = false;
+                }
+            }
         }
     }
-}
-
-/// Writes one side's levels, best first, as `p:c,p:c`; returns the length.
-fn write_side(side: &Side, out: &mut [u8; SIDE_TEXT_MAX]) -> usize {
-    let mut len = 0;
-    for (n, (price, total)) in side.top(CHECKSUM_LEVELS).enumerate() {
-        if n > 0 {
-            out[len] = b',';
-            len += 1;
-        }
-        len += write_price(&mut out[len..], price);
-        out[len] = b':';
-        len += 1;
-        len += write_u64(&mut out[len..], total);
-    }
-    len
 }
 
 /// Writes `0.XX` for a price in cents; returns 4.

@@ -2,13 +2,13 @@
 //! of SPEC.md and DESIGN.md §2-4 lives here, once. Checks run before any
 //! change, so a rejected command leaves the state exactly as it was.
 
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 
 use crate::auth::{check_key, KeyRefusal};
 use crate::book::NIL;
 use crate::calendar::market_ticker;
 use crate::command::{AccountFlag, Command, NewKey, NewOrder, SeriesConfig, Stamped, VenueConfig};
-use crate::event::{Event, Phase, Top};
+use crate::event::{Event, OrderUpdate, Phase, Top};
 use crate::fees::{fee_cents, max_fee_per_contract};
 use crate::hash::StableHasher;
 use crate::limits::*;
@@ -55,7 +55,7 @@ impl State {
         let reply = self.dispatch(&stamped.command, events);
         let mut hasher = StableHasher::resume(self.event_hash);
         for event in &events[first_event..] {
-            event.hash(&mut hasher);
+            event.digest(&mut hasher);
         }
         self.event_hash = hasher.finish();
         self.events_total += (events.len() - first_event) as u64;
@@ -274,6 +274,7 @@ impl State {
         self.emit_ticker_if_changed(id, top_before, events);
         let m = &mut self.markets[id as usize];
         debug_assert_eq!(m.book.resting_orders(), 0);
+        m.book.release_checksum_cache();
         m.status = MarketStatus::Closed;
         events.push(Event::Lifecycle {
             market: id,
@@ -677,6 +678,14 @@ impl State {
     // ----- order entry --------------------------------------------------------
 
     fn place_order(&mut self, key_idx: KeyIdx, new: &NewOrder, events: &mut Vec<Event>) -> Reply {
+        // The idempotency lookup below is most likely a cache miss: start it
+        // now, so that the checks run while it loads. `check_order` changes
+        // nothing, so running it before the lookup (and dropping its result
+        // when the id is known) answers exactly what checking after would.
+        if let Some(key) = self.key(key_idx) {
+            self.client_orders
+                .prefetch(new.client_order_id.index_hash(key.account));
+        }
         if let Err(reject) = check_new_order(new) {
             return reject.into();
         }
@@ -685,6 +694,7 @@ impl State {
             Err(reject) => return reject.into(),
         };
         let account_id = key.account;
+        let checked = self.check_order(key_idx, new);
         let client_hash = new.client_order_id.index_hash(account_id);
         let orders = &self.orders;
         let found = self.client_orders.get(client_hash, |id| {
@@ -709,7 +719,7 @@ impl State {
                 )
             };
         }
-        match self.check_order(key_idx, new) {
+        match checked {
             Ok(dry) => self.execute_order(key_idx, new, dry, events),
             Err(reject) => reject.into(),
         }
@@ -1002,7 +1012,7 @@ impl State {
 
         self.match_order(id, dry.would_fill, (taker_bps, maker_bps), events);
 
-        let order = self.orders[id as usize - 1];
+        let order = &self.orders[id as usize - 1];
         if order.remaining() > 0 {
             match order.time_in_force {
                 TimeInForce::GoodTillCanceled => self.rest(id, events),
@@ -1014,7 +1024,7 @@ impl State {
         }
         let order = self.orders[id as usize - 1];
         debug_assert_eq!(order.hold, order.hold_formula());
-        events.push(Event::Order(order));
+        events.push(Event::Order(OrderUpdate::of(&order)));
         self.emit_account(account_id, market_id, new.outcome, events);
         self.emit_ticker_if_changed(market_id, top_before, events);
         Reply::Order {
@@ -1032,12 +1042,14 @@ impl State {
         rates: (u32, u32),
         events: &mut Vec<Event>,
     ) {
-        let taker = self.orders[id as usize - 1];
+        let taker = &self.orders[id as usize - 1];
         let (side, price) = taker.book_place();
         let opposite = side.other();
-        let mut left = taker.remaining();
+        let (taker_market, taker_account, taker_remaining) =
+            (taker.market, taker.account, taker.remaining());
+        let mut left = taker_remaining;
         while left > 0 {
-            let book = &self.markets[taker.market as usize].book;
+            let book = &self.markets[taker_market as usize].book;
             let Some(best) = book.side(opposite).best() else {
                 break;
             };
@@ -1046,14 +1058,14 @@ impl State {
             }
             let mut level_delta: i64 = 0;
             while left > 0 {
-                let book = &self.markets[taker.market as usize].book;
+                let book = &self.markets[taker_market as usize].book;
                 let node_index = book.head(opposite, best);
                 if node_index == NIL {
                     break;
                 }
                 let node = *book.node(node_index);
                 assert_ne!(
-                    node.account, taker.account,
+                    node.account, taker_account,
                     "the dry run refused self-trades"
                 );
                 let qty = left.min(node.remaining);
@@ -1064,19 +1076,20 @@ impl State {
                 } else {
                     flip(best)
                 };
-                let market = &mut self.markets[taker.market as usize];
+                let market = &mut self.markets[taker_market as usize];
                 let maker_left = market.book.reduce(opposite, best, node_index, qty);
                 self.trade(id, node.order, qty, up_price, rates, events);
                 if maker_left == 0 {
                     self.unrest(node.order);
                 }
-                let maker = self.orders[node.order as usize - 1];
-                events.push(Event::Order(maker));
-                self.emit_account(maker.account, maker.market, maker.outcome, events);
+                let maker = &self.orders[node.order as usize - 1];
+                let (account, market, outcome) = (maker.account, maker.market, maker.outcome);
+                events.push(Event::Order(OrderUpdate::of(maker)));
+                self.emit_account(account, market, outcome, events);
             }
-            let checksum = self.markets[taker.market as usize].book.checksum_cached();
+            let checksum = self.markets[taker_market as usize].book.checksum_cached();
             events.push(Event::BookDelta {
-                market: taker.market,
+                market: taker_market,
                 outcome: opposite,
                 price: best,
                 delta: level_delta,
@@ -1084,7 +1097,7 @@ impl State {
             });
         }
         assert_eq!(
-            taker.remaining() - left,
+            taker_remaining - left,
             expected_fill,
             "matching fills what the dry run found"
         );
@@ -1103,10 +1116,11 @@ impl State {
     ) {
         let trade_id = self.trades_total + 1;
         self.trades_total = trade_id;
-        let taker_order = self.orders[taker as usize - 1];
-        let maker_order = self.orders[maker as usize - 1];
-        let market = taker_order.market;
-        match (taker_order.action, maker_order.action) {
+        let taker_order = &self.orders[taker as usize - 1];
+        let (market, taker_outcome, taker_action) =
+            (taker_order.market, taker_order.outcome, taker_order.action);
+        let maker_action = self.orders[maker as usize - 1].action;
+        match (taker_action, maker_action) {
             (Action::Buy, Action::Buy) => self.markets[market as usize].pairs += u64::from(qty),
             (Action::Sell, Action::Sell) => self.markets[market as usize].pairs -= u64::from(qty),
             _ => {}
@@ -1118,8 +1132,8 @@ impl State {
             market,
             up_price,
             count: qty,
-            taker_outcome: taker_order.outcome,
-            taker_action: taker_order.action,
+            taker_outcome,
+            taker_action,
             ts_ms: self.now_ms,
         };
         let m = &mut self.markets[market as usize];
@@ -1234,29 +1248,34 @@ impl State {
 
     /// Puts what remains of a new order on the book.
     fn rest(&mut self, id: OrderId, events: &mut Vec<Event>) {
-        let order = self.orders[id as usize - 1];
+        let order = &self.orders[id as usize - 1];
         let (side, price) = order.book_place();
-        let market = &mut self.markets[order.market as usize];
-        let node = market
-            .book
-            .push(side, price, id, order.account, order.remaining());
-        if order.action == Action::Buy {
-            market.resting_buy_notional +=
-                Cents::from(order.remaining()) * Cents::from(order.price);
+        let (market_id, account, key, action, limit, remaining) = (
+            order.market,
+            order.account,
+            order.key,
+            order.action,
+            order.price,
+            order.remaining(),
+        );
+        let market = &mut self.markets[market_id as usize];
+        let node = market.book.push(side, price, id, account, remaining);
+        if action == Action::Buy {
+            market.resting_buy_notional += Cents::from(remaining) * Cents::from(limit);
         }
         let checksum = market.book.checksum_cached();
         events.push(Event::BookDelta {
-            market: order.market,
+            market: market_id,
             outcome: side,
             price,
-            delta: i64::from(order.remaining()),
+            delta: i64::from(remaining),
             checksum,
         });
         self.orders[id as usize - 1].node = node;
-        let key = &mut self.keys[order.key as usize];
+        let key = &mut self.keys[key as usize];
         key.resting_orders += 1;
-        *key.resting_by_market.entry(order.market).or_default() += 1;
-        self.accounts[order.account as usize - 1].resting_orders += 1;
+        *key.resting_by_market.entry(market_id).or_default() += 1;
+        self.accounts[account as usize - 1].resting_orders += 1;
     }
 
     /// Bookkeeping when a resting order leaves the book fully filled.
@@ -1304,18 +1323,29 @@ impl State {
 
     /// Takes a resting order off the book and cancels it.
     fn cancel_resting(&mut self, id: OrderId, events: &mut Vec<Event>) {
-        let order = self.orders[id as usize - 1];
+        let order = &self.orders[id as usize - 1];
         assert!(order.is_resting() && order.node != NIL);
         let (side, price) = order.book_place();
-        let market = &mut self.markets[order.market as usize];
-        let removed = market.book.remove(side, price, order.node);
-        debug_assert_eq!(removed, order.remaining());
-        if order.action == Action::Buy {
-            market.resting_buy_notional -= Cents::from(removed) * Cents::from(order.price);
+        let (market_id, account, outcome, action, limit, node) = (
+            order.market,
+            order.account,
+            order.outcome,
+            order.action,
+            order.price,
+            order.node,
+        );
+        debug_assert_eq!(
+            self.markets[market_id as usize].book.node(node).remaining,
+            order.remaining()
+        );
+        let market = &mut self.markets[market_id as usize];
+        let removed = market.book.remove(side, price, node);
+        if action == Action::Buy {
+            market.resting_buy_notional -= Cents::from(removed) * Cents::from(limit);
         }
         let checksum = market.book.checksum_cached();
         events.push(Event::BookDelta {
-            market: order.market,
+            market: market_id,
             outcome: side,
             price,
             delta: -i64::from(removed),
@@ -1324,8 +1354,8 @@ impl State {
         self.unrest(id);
         self.orders[id as usize - 1].status = OrderStatus::Canceled;
         self.release_remainder(id);
-        events.push(Event::Order(self.orders[id as usize - 1]));
-        self.emit_account(order.account, order.market, order.outcome, events);
+        events.push(Event::Order(OrderUpdate::of(&self.orders[id as usize - 1])));
+        self.emit_account(account, market_id, outcome, events);
     }
 
     fn cancel_order(
@@ -1338,11 +1368,7 @@ impl State {
             Ok(key) => key.account,
             Err(reject) => return reject.into(),
         };
-        let Some(order) = self
-            .order(order_id)
-            .filter(|o| o.account == account)
-            .copied()
-        else {
+        let Some(order) = self.order(order_id).filter(|o| o.account == account) else {
             return Reply::reject(
                 ErrorCode::OrderNotFound,
                 format!("No order {order_id} on this account."),
@@ -1351,13 +1377,14 @@ impl State {
         if !order.is_resting() {
             // DESIGN §5: a retried cancel is always safe; the order as it stands.
             return Reply::Order {
-                order,
+                order: *order,
                 created: false,
             };
         }
-        let top_before = self.top(order.market);
+        let market = order.market;
+        let top_before = self.top(market);
         self.cancel_resting(order_id, events);
-        self.emit_ticker_if_changed(order.market, top_before, events);
+        self.emit_ticker_if_changed(market, top_before, events);
         Reply::Order {
             order: self.orders[order_id as usize - 1],
             created: false,

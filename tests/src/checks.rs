@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use sequencer::event::{Phase, Top};
+use sequencer::event::{OrderUpdate, Phase, Top};
 use sequencer::state::{position_parts, Fill, Order};
 use sequencer::types::{
     AccountId, Action, Cents, KeyIdx, MarketId, MarketStatus, OrderStatus, Outcome, PriceCents,
@@ -408,14 +408,14 @@ impl EventChecker {
                 ));
             }
         }
-        let mut last: BTreeMap<u64, &Order> = BTreeMap::new();
+        let mut last: BTreeMap<u64, &OrderUpdate> = BTreeMap::new();
         for event in events {
             if let Event::Order(o) = event {
                 last.insert(o.id, o);
             }
         }
         for (id, told) in last {
-            if state.order(id) != Some(told) {
+            if state.order(id).map(OrderUpdate::of).as_ref() != Some(told) {
                 return Err(format!(
                     "order {id}: its last event {told:?} is not the order as it stands {:?}",
                     state.order(id)
@@ -725,7 +725,7 @@ pub fn check_reply(
                 Event::Order(o) if o.id == order.id => Some(o),
                 _ => None,
             });
-            if last != Some(order) {
+            if last != Some(&OrderUpdate::of(order)) {
                 return Err(format!(
                     "the last order event of {} is {last:?}, not the reply",
                     order.id

@@ -367,8 +367,13 @@ fn key_json(k: &Key) -> Value {
 /// their REST records, with the ids REST leaves implicit added.
 pub fn event_json(event: &Event, state: &State) -> Value {
     let (name, mut v) = match event {
-        Event::Order(o) => {
-            let mut v = rest::order(state, o);
+        Event::Order(update) => {
+            // The event carries what changed; the order's fixed fields
+            // come from the state, which is at or after the event.
+            let Some(o) = update.order(state) else {
+                return json!({ "event": "order", "order_id": update.id.to_string() });
+            };
+            let mut v = rest::order(state, &o);
             v["account"] = o.account.into();
             v["key"] = o.key.into();
             ("order", v)

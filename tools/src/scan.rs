@@ -419,9 +419,10 @@ impl Filter {
             let named = matches!(command, Command::PlaceOrder { order, .. }
                 if order.client_order_id.as_str() == cid);
             let touched = applied.is_some_and(|a| {
-                a.events
-                    .iter()
-                    .any(|e| matches!(e, Event::Order(o) if o.client_order_id.as_str() == cid))
+                a.events.iter().any(|e| {
+                    matches!(e, Event::Order(o) if a.state.order(o.id)
+                        .is_some_and(|o| o.client_order_id.as_str() == cid))
+                })
             });
             if !named && !touched {
                 return false;
@@ -496,7 +497,7 @@ fn concerns_key(command: &Command, a: &Applied<'_>, text: &str, idx: Option<u32>
         || matches!(a.reply, Reply::KeyIssued { key } if is(*key))
         || a.events.iter().any(|e| match e {
             Event::Key(k) => is(k.idx),
-            Event::Order(o) => is(o.key),
+            Event::Order(o) => a.state.order(o.id).is_some_and(|o| is(o.key)),
             _ => false,
         })
 }

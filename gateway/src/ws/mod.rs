@@ -149,7 +149,16 @@ fn sink(tx: crossbeam_channel::Sender<Input>, stats: Arc<Stats>) -> EventSink {
             if events.is_empty() {
                 return None;
             }
-            Input::Events(events)
+            // Order events carry what changed; the publisher writes whole
+            // records, rebuilt here from the state (their fixed fields).
+            let orders = events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Order(update) => Some(update.order(state)),
+                    _ => None,
+                })
+                .collect();
+            Input::Events(events, orders)
         };
         let (tx, stats, lost, dead) = (tx.clone(), stats.clone(), lost.clone(), dead.clone());
         Some(Box::new(move || {

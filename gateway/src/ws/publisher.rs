@@ -18,7 +18,7 @@ use crossbeam_channel::{never, select, Receiver};
 use sequencer::event::{Phase, Top};
 use sequencer::limits::CHECKSUM_LEVELS;
 use sequencer::query::{BalanceView, PositionView};
-use sequencer::state::Trade;
+use sequencer::state::{Order, Trade};
 use sequencer::types::{flip, AccountId, MarketId, Outcome, PriceCents};
 use sequencer::wire::{price, price_e8};
 use sequencer::{Event, State};
@@ -59,8 +59,10 @@ pub enum Input {
     /// The public state as it stands after a batch (the first time, and
     /// after a batch was lost).
     Picture(Box<Picture>),
-    /// One committed batch's events.
-    Events(Vec<Event>),
+    /// One committed batch's events, and the whole record of each order
+    /// event's order as it stood then, in the same order (an order event
+    /// carries only what changed).
+    Events(Vec<Event>, Vec<Option<Order>>),
 }
 
 /// What connections send.
@@ -464,9 +466,14 @@ impl Publisher {
     fn input(&mut self, input: Input, resync: bool) {
         match input {
             Input::Picture(picture) => self.picture(*picture, resync),
-            Input::Events(events) => {
+            Input::Events(events, orders) => {
+                let mut orders = orders.iter();
                 for event in &events {
-                    self.event(event);
+                    let order = match event {
+                        Event::Order(_) => orders.next().and_then(Option::as_ref),
+                        _ => None,
+                    };
+                    self.event(event, order);
                 }
             }
         }
@@ -583,7 +590,7 @@ impl Publisher {
         self.markets.get(&market).map_or("", |m| m.ticker.as_str())
     }
 
-    fn event(&mut self, event: &Event) {
+    fn event(&mut self, event: &Event, order: Option<&Order>) {
         match event {
             Event::BookDelta {
                 market,
@@ -659,10 +666,12 @@ impl Publisher {
                     }
                 }
             }
-            Event::Order(o) => {
-                self.fan_account(Channel::UserOrders, o.account, "user_order", |p| {
-                    json::order_in(p.ticker_of(o.market), o)
-                })
+            Event::Order(_) => {
+                if let Some(o) = order {
+                    self.fan_account(Channel::UserOrders, o.account, "user_order", |p| {
+                        json::order_in(p.ticker_of(o.market), o)
+                    })
+                }
             }
             Event::Fill(f) => self.fan_account(Channel::Fill, f.account, "fill", |p| {
                 json::fill_in(p.ticker_of(f.market), f)
