@@ -9,11 +9,27 @@ use crate::types::OrderId;
 
 /// Table slots grow by doubling and stay at most half full.
 const SLOTS_MIN: usize = 1024;
+/// Slots of the old table moved to the new one at each insert while the
+/// table grows. Growth starts when the table is half full (n entries in 2n
+/// slots) and must end before the new table (4n slots) is half full, that
+/// is within n inserts: 2n old slots at 4 a step take n / 2.
+const MOVE_PER_INSERT: usize = 4;
 
 /// The index. A slot is `[hash, order id]`; order id 0 is an empty slot.
+///
+/// Growing moves the entries to a table twice the size a few at a time, on
+/// the inserts that follow, instead of all at once: at two million orders
+/// a one-go rehash is a few million random memory accesses, a stall of a
+/// good part of a second on the sequencer thread. While it grows, the old
+/// table is kept whole (so its probe chains stay intact) and looked up
+/// after the new one.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct ClientOrderIndex {
     slots: Vec<[u64; 2]>,
+    /// The table being moved into `slots`; empty when not growing.
+    old: Vec<[u64; 2]>,
+    /// Slots of `old` already moved.
+    moved: u64,
     len: u64,
 }
 
@@ -31,13 +47,22 @@ impl ClientOrderIndex {
     /// The order under `hash` for which `is_it` says yes (hashes collide;
     /// the caller compares the real account and id).
     pub fn get(&self, hash: u64, mut is_it: impl FnMut(OrderId) -> bool) -> Option<OrderId> {
-        if self.slots.is_empty() {
+        Self::probe(&self.slots, hash, &mut is_it)
+            .or_else(|| Self::probe(&self.old, hash, &mut is_it))
+    }
+
+    fn probe(
+        slots: &[[u64; 2]],
+        hash: u64,
+        is_it: &mut impl FnMut(OrderId) -> bool,
+    ) -> Option<OrderId> {
+        if slots.is_empty() {
             return None;
         }
-        let mask = self.slots.len() - 1;
+        let mask = slots.len() - 1;
         let mut i = hash as usize & mask;
         loop {
-            let [h, id] = self.slots[i];
+            let [h, id] = slots[i];
             if id == 0 {
                 return None;
             }
@@ -73,11 +98,34 @@ impl ClientOrderIndex {
     /// Adds an entry; the caller has checked that it is not there.
     pub fn insert(&mut self, hash: u64, id: OrderId) {
         assert!(id != 0, "order ids start at 1");
-        if (self.len as usize + 1) * 2 > self.slots.len() {
-            self.grow();
+        if self.old.is_empty() && (self.len as usize + 1) * 2 > self.slots.len() {
+            let size = (self.slots.len() * 2).max(SLOTS_MIN);
+            self.old = std::mem::replace(&mut self.slots, vec![[0u64; 2]; size]);
+            self.moved = 0;
         }
+        self.move_some();
         Self::place(&mut self.slots, hash, id);
         self.len += 1;
+    }
+
+    /// Moves the next few slots of the old table; drops it once all moved.
+    fn move_some(&mut self) {
+        if self.old.is_empty() {
+            return;
+        }
+        let from = self.moved as usize;
+        let to = (from + MOVE_PER_INSERT).min(self.old.len());
+        for i in from..to {
+            let [hash, id] = self.old[i];
+            if id != 0 {
+                Self::place(&mut self.slots, hash, id);
+            }
+        }
+        self.moved = to as u64;
+        if to == self.old.len() {
+            self.old = Vec::new();
+            self.moved = 0;
+        }
     }
 
     fn place(slots: &mut [[u64; 2]], hash: u64, id: OrderId) {
@@ -87,15 +135,6 @@ impl ClientOrderIndex {
             i = (i + 1) & mask;
         }
         slots[i] = [hash, id];
-    }
-
-    fn grow(&mut self) {
-        let size = (self.slots.len() * 2).max(SLOTS_MIN);
-        let mut slots = vec![[0u64; 2]; size];
-        for &[hash, id] in self.slots.iter().filter(|s| s[1] != 0) {
-            Self::place(&mut slots, hash, id);
-        }
-        self.slots = slots;
     }
 }
 
@@ -116,5 +155,54 @@ mod tests {
         }
         assert_eq!(index.get(3, |candidate| candidate == 9_999), None);
         assert_eq!(ClientOrderIndex::default().get(3, |_| true), None);
+    }
+
+    /// Every entry is found at every moment of a growth, whatever the hash
+    /// spread (clustered hashes make chains that wrap around the table),
+    /// and the table ends where a one-go rehash would: every entry in a
+    /// table of the same size.
+    #[test]
+    fn growth_moves_entries_a_few_at_a_time_and_loses_none() {
+        for spread in [u64::MAX, 1 << 12, 7] {
+            let mut index = ClientOrderIndex::default();
+            let hash = |id: u64| id.wrapping_mul(0x9e37_79b9_7f4a_7c15) % spread.max(1);
+            let mut grew = 0;
+            for id in 1..=20_000u64 {
+                let was_growing = !index.old.is_empty();
+                index.insert(hash(id), id);
+                if !was_growing && !index.old.is_empty() {
+                    grew += 1;
+                }
+                // Everything so far is found, mid-growth or not.
+                if id % 97 == 0 || !index.old.is_empty() && id % 5 == 0 {
+                    for probe in [1, id / 2 + 1, id] {
+                        assert_eq!(
+                            index.get(hash(probe), |c| c == probe),
+                            Some(probe),
+                            "spread {spread}: {probe} after {id} inserts"
+                        );
+                    }
+                }
+                assert!(index.len * 2 <= index.slots.len() as u64 || !index.old.is_empty());
+            }
+            assert!(grew >= 5, "grew {grew} times");
+            for id in 1..=20_000u64 {
+                assert_eq!(
+                    index.get(hash(id), |c| c == id),
+                    Some(id),
+                    "spread {spread}: {id}"
+                );
+            }
+            assert_eq!(index.get(hash(20_001), |c| c == 20_001), None);
+            let live = index.slots.iter().filter(|s| s[1] != 0).count()
+                + index.old[index.moved as usize..]
+                    .iter()
+                    .filter(|s| s[1] != 0)
+                    .count();
+            assert_eq!(
+                live, 20_000,
+                "each entry once in the new table or still to move"
+            );
+        }
     }
 }
