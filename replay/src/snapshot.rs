@@ -5,12 +5,16 @@
 //! whole or absent. The newest valid one at or before a seq is picked
 //! automatically; damaged ones are skipped and reported.
 //!
-//! Format 2 (written now) splits the payload into sections, each its own
+//! Since format 2 the payload is split into sections, each its own
 //! rkyv archive: the state without its order and fill lists, then the
 //! orders and the fills in chunks of [`SECTION_ITEMS`]. No archive comes
 //! near rkyv's 2 GiB limit of 32-bit relative pointers however long the
-//! history, and loading decodes the sections on two threads. Format 1 (one
-//! archive of the whole state) is still read.
+//! history, and loading decodes the sections on two threads.
+//!
+//! The version also names the layout of the state: it goes up whenever an
+//! archived type changes (3: the idempotency index that grows a few slots
+//! at a time), and a snapshot of another version is skipped with a message
+//! that says so; the state is then rebuilt from the journal.
 
 use std::fs;
 use std::io::Write;
@@ -22,7 +26,7 @@ use sequencer::state::{Fill, Order};
 use sequencer::State;
 
 const MAGIC: &[u8; 8] = b"UPDNSNAP";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const HEADER_LEN: usize = 32;
 
 /// Orders or fills per section of a format-2 snapshot.
@@ -188,9 +192,9 @@ pub fn load(path: &Path) -> Result<State, SnapshotError> {
             .fold(0u64, |n, &b| (n << 8) | u64::from(b))
     };
     let version = word(8..12);
-    if version != 1 && version != u64::from(VERSION) {
+    if version != u64::from(VERSION) {
         return Err(damaged(format!(
-            "format version {version} is not 1 or {VERSION}"
+            "format version {version} is not {VERSION} (a snapshot of another build: the state is rebuilt from the journal instead)"
         )));
     }
     let (crc, seq, len) = (word(12..16) as u32, word(16..24), word(24..32));
@@ -204,11 +208,7 @@ pub fn load(path: &Path) -> Result<State, SnapshotError> {
     if crc32fast::hash(payload) != crc {
         return Err(damaged("checksum mismatch".into()));
     }
-    let state = if version == 1 {
-        rkyv::from_bytes::<State, RkyvError>(payload).map_err(|e| damaged(e.to_string()))?
-    } else {
-        decode_sections(payload).map_err(damaged)?
-    };
+    let state = decode_sections(payload).map_err(damaged)?;
     if state.last_seq != seq {
         return Err(damaged(format!(
             "holds seq {}, header says {seq}",
@@ -465,24 +465,6 @@ mod tests {
                 "{orders} orders, {fills} fills by {per_section}"
             );
         }
-    }
-
-    /// A format-1 file (one archive of the whole state) is still read.
-    #[test]
-    fn format_one_is_still_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let state = history(4, 2);
-        let payload = rkyv::to_bytes::<RkyvError>(&state).unwrap();
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(MAGIC);
-        bytes.extend_from_slice(&1u32.to_le_bytes());
-        bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        bytes.extend_from_slice(&state.last_seq.to_le_bytes());
-        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&payload);
-        let path = dir.path().join(file_name(state.last_seq));
-        fs::write(&path, bytes).unwrap();
-        assert_eq!(load(&path).unwrap(), state);
     }
 
     /// Sections that do not add up are named, never a panic.
