@@ -190,6 +190,10 @@ pub fn venue_config(data_dir: &Path, durability: DurabilityPolicy) -> ServerConf
         price_simulator: false,
         workers: 1,
         series,
+        segment_mib: std::env::var("UPDOWN_BENCH_REST_SEGMENT_MIB")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(64),
         ..ServerConfig::default()
     }
 }
