@@ -64,7 +64,7 @@ impl AnswerBody {
     }
 }
 
-/// What the sequencer sends back for a job.
+/// What the sequencer sends back for a write.
 pub type Finished = Result<(StatusCode, AnswerBody), ApiError>;
 /// Builds the command from the state and the caller's key.
 pub type BuildFn = Box<dyn FnOnce(&State, Option<KeyIdx>) -> Result<Command, ApiError> + Send>;
@@ -95,7 +95,7 @@ pub enum Job {
     Read {
         caller: Option<Caller>,
         read: ReadFn,
-        reply: oneshot::Sender<Finished>,
+        reply: oneshot::Sender<Answer>,
     },
     /// A command from inside the venue (price feed, operator); answered with
     /// the reply as is.
@@ -174,13 +174,7 @@ impl Submitter {
             reply,
         })
         .await?;
-        match self.wait(rx).await?? {
-            (status, AnswerBody::Ready(value)) => Ok((status, value)),
-            (_, AnswerBody::Later(_)) => Err(ApiError::new(
-                sequencer::ErrorCode::InternalError,
-                "Internal error.",
-            )),
-        }
+        self.wait(rx).await?
     }
 
     /// Submits a command from inside the venue and waits for its reply.
@@ -535,10 +529,15 @@ fn commit_loop(rx: Receiver<Closed>, failed: Arc<OnceLock<String>>, metrics: Arc
 
 /// An answer held until the batch is committed.
 enum Pending {
-    Http {
+    /// A write's answer: 503 instead when the batch was not made durable.
+    Write {
         reply: oneshot::Sender<Finished>,
         answer: Finished,
         wrote: bool,
+    },
+    Read {
+        reply: oneshot::Sender<Answer>,
+        answer: Answer,
     },
     Internal {
         reply: Option<oneshot::Sender<Reply>>,
@@ -549,7 +548,7 @@ enum Pending {
 impl Pending {
     fn send(self, committed: bool) {
         match self {
-            Pending::Http {
+            Pending::Write {
                 reply,
                 answer,
                 wrote,
@@ -561,6 +560,9 @@ impl Pending {
                 } else {
                     answer
                 };
+                let _ = reply.send(answer);
+            }
+            Pending::Read { reply, answer } => {
                 let _ = reply.send(answer);
             }
             Pending::Internal { reply, answer } => {
@@ -639,13 +641,8 @@ impl Loop {
                 let answer = match self.authenticate(caller.as_ref()) {
                     Ok(key) => read(self.node.state(), key),
                     Err(e) => Err(e),
-                }
-                .map(|(status, value)| (status, AnswerBody::Ready(value)));
-                Pending::Http {
-                    reply,
-                    answer,
-                    wrote: false,
-                }
+                };
+                Pending::Read { reply, answer }
             }
             Job::Write {
                 caller,
@@ -655,7 +652,7 @@ impl Loop {
             } => {
                 let answer = self.write(caller.as_ref(), build, finish);
                 let wrote = answer.is_ok();
-                Pending::Http {
+                Pending::Write {
                     reply,
                     answer,
                     wrote,
