@@ -75,8 +75,8 @@ pub fn replay_with(
     let from_snapshot = start.as_ref().map(|s| s.last_seq);
     let mut state = start.unwrap_or_default();
     let mut reader = Reader::open(journal_dir)?;
-    reader.seek(state.last_seq + 1)?;
     let first = state.last_seq + 1;
+    reader.seek(first)?;
     let mut events = Vec::with_capacity(64);
     let mut applied = 0;
     // Two stages on two threads: this one applies, a reader thread reads,

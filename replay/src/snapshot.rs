@@ -29,7 +29,7 @@ const MAGIC: &[u8; 8] = b"UPDNSNAP";
 const VERSION: u32 = 3;
 const HEADER_LEN: usize = 32;
 
-/// Orders or fills per section of a format-2 snapshot.
+/// Orders or fills per section of a snapshot.
 pub const SECTION_ITEMS: usize = 1 << 18;
 /// Section kinds, and the length of a section's head (kind, reserved,
 /// length), which keeps each archive 16-byte aligned.
@@ -100,7 +100,7 @@ fn write_sectioned(
     Ok(path)
 }
 
-/// The format-2 payload: the shell (a state whose order and fill lists are
+/// The payload: the shell (a state whose order and fill lists are
 /// empty), then the orders and the fills, section by section.
 fn encode_sections(
     shell: &State,
@@ -235,7 +235,7 @@ pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
     found
 }
 
-/// Decodes a format-2 payload: the sections are found first, then decoded
+/// Decodes a payload: the sections are found first, then decoded
 /// on two threads (the shell and the fills on one, the orders on the
 /// other), and the lists put back in order.
 fn decode_sections(payload: &[u8]) -> Result<State, String> {
