@@ -11,12 +11,14 @@
 //! - [`report`] runs the rounds and prints the tables and the aims.
 //! - [`rest`] is the REST order-entry benchmark: the venue in-process
 //!   against a bare axum handler, over loopback (`--bin rest`).
+//! - [`loopback`] serves the bare servers' routers (REST and websocket).
 //! - [`ws`] is the websocket fan-out benchmark: the venue's publisher
 //!   against a bare fastwebsockets broadcast (`--bin ws`).
 
 pub mod clock;
 pub mod engines;
 pub mod flow;
+pub mod loopback;
 pub mod report;
 pub mod rest;
 pub mod rng;

@@ -257,14 +257,14 @@ pub fn run(config: &RestConfig, out: &mut dyn Write) -> Result<RestReport, Bench
         venue.server.addr,
         root.path().display(),
         config.durability,
-        bare.addr,
+        bare.addr(),
         venue.markets.join(", ")
     )?;
     let keys = Arc::new(venue.keys.clone());
     let markets = Arc::new(venue.markets.clone());
     let target = |kind: ServerKind| Target {
         addr: match kind {
-            ServerKind::Bare => bare.addr,
+            ServerKind::Bare => bare.addr(),
             ServerKind::Venue => venue.server.addr,
         },
         keys: keys.clone(),

@@ -5,8 +5,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{to_bytes, Body};
 use axum::http::StatusCode;
@@ -19,9 +18,9 @@ use gateway::config::{DurabilityPolicy, SeriesEntry};
 use gateway::error::ApiError;
 use gateway::{Server, ServerConfig};
 use serde_json::{json, Map, Value};
-use tokio::sync::Notify;
 
 use crate::engines::BenchError;
+use crate::loopback::LoopbackServer;
 use crate::rest::load::ORDERS_PATH;
 use tools::http::Conn;
 
@@ -40,10 +39,7 @@ fn now_ms() -> u64 {
 /// an Order record of the same fields the venue writes. No key, no
 /// sequencer, no journal.
 pub struct Bare {
-    pub addr: SocketAddr,
-    runtime: Option<tokio::runtime::Runtime>,
-    shutdown: Arc<Notify>,
-    server: Option<tokio::task::JoinHandle<()>>,
+    server: LoopbackServer,
 }
 
 static BARE_ORDER_ID: AtomicU64 = AtomicU64::new(1);
@@ -85,48 +81,15 @@ async fn bare_place_order(body: Body) -> Response {
 
 impl Bare {
     pub fn start() -> Result<Bare, BenchError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("bare")
-            .enable_all()
-            .build()?;
-        let shutdown = Arc::new(Notify::new());
-        let (addr, server) = runtime.block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-            let addr = listener.local_addr()?;
-            // As the venue serves: TCP_NODELAY on every accepted socket.
-            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            let router = Router::new().route(ORDERS_PATH, post(bare_place_order));
-            let stop = shutdown.clone();
-            let server = tokio::spawn(async move {
-                let _ = axum::serve(listener, router)
-                    .with_graceful_shutdown(async move { stop.notified().await })
-                    .await;
-            });
-            Ok::<_, std::io::Error>((addr, server))
-        })?;
+        let router = Router::new().route(ORDERS_PATH, post(bare_place_order));
         Ok(Bare {
-            addr,
-            runtime: Some(runtime),
-            shutdown,
-            server: Some(server),
+            server: LoopbackServer::start("bare", router)?,
         })
     }
-}
 
-impl Drop for Bare {
-    fn drop(&mut self) {
-        let Some(runtime) = self.runtime.take() else {
-            return;
-        };
-        self.shutdown.notify_waiters();
-        if let Some(server) = self.server.take() {
-            let _ = runtime
-                .block_on(async { tokio::time::timeout(Duration::from_secs(5), server).await });
-        }
-        runtime.shutdown_timeout(Duration::from_secs(1));
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr
     }
 }
 

@@ -15,7 +15,6 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -26,9 +25,9 @@ use fastwebsockets::upgrade::{IncomingUpgrade, UpgradeFut};
 use fastwebsockets::{Frame, Payload, Role, WebSocket};
 use tokio::io::{AsyncRead, AsyncWrite, BufWriter};
 use tokio::sync::mpsc::{self, error::TrySendError};
-use tokio::sync::Notify;
 
 use crate::engines::BenchError;
+use crate::loopback::LoopbackServer;
 use crate::ws::client::Stamps;
 use crate::ws::plan;
 
@@ -52,10 +51,8 @@ struct Shared {
 
 /// The running bare server.
 pub struct Bare {
-    pub addr: SocketAddr,
-    runtime: Option<tokio::runtime::Runtime>,
-    shutdown: Arc<Notify>,
-    server: Option<tokio::task::JoinHandle<()>>,
+    /// Stops when dropped, after `drop` below has let the connections go.
+    server: LoopbackServer,
     registry: Registry,
     /// The connections of the current subscriber count.
     conns: Vec<mpsc::Sender<Bytes>>,
@@ -130,38 +127,15 @@ impl Bare {
     /// Starts the server; each connection's queue holds `capacity`
     /// messages; `coalesce` picks the coalescing variant.
     pub fn start(capacity: usize, coalesce: bool) -> Result<Bare, BenchError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("ws-bare")
-            .enable_all()
-            .build()?;
         let registry: Registry = Arc::new(Mutex::new(Vec::new()));
-        let shutdown = Arc::new(Notify::new());
         let shared = Shared {
             registry: registry.clone(),
             capacity: capacity.max(1),
             coalesce,
         };
-        let stop = shutdown.clone();
-        let (addr, server) = runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-            let addr = listener.local_addr()?;
-            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            let router = Router::new().route(PATH, get(upgrade)).with_state(shared);
-            let server = tokio::spawn(async move {
-                let _ = axum::serve(listener, router)
-                    .with_graceful_shutdown(async move { stop.notified().await })
-                    .await;
-            });
-            Ok::<_, std::io::Error>((addr, server))
-        })?;
+        let router = Router::new().route(PATH, get(upgrade)).with_state(shared);
         Ok(Bare {
-            addr,
-            runtime: Some(runtime),
-            shutdown,
-            server: Some(server),
+            server: LoopbackServer::start("ws-bare", router)?,
             registry,
             conns: Vec::new(),
             base: 0,
@@ -169,6 +143,11 @@ impl Bare {
             dropped: 0,
             closed: 0,
         })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr
     }
 
     /// Connections upgraded and not yet taken by [`Bare::attach`].
@@ -214,15 +193,7 @@ impl Bare {
 
 impl Drop for Bare {
     fn drop(&mut self) {
+        // The connections first; the server stops when `server` drops.
         self.detach();
-        let Some(runtime) = self.runtime.take() else {
-            return;
-        };
-        self.shutdown.notify_waiters();
-        if let Some(server) = self.server.take() {
-            let _ = runtime
-                .block_on(async { tokio::time::timeout(Duration::from_secs(5), server).await });
-        }
-        runtime.shutdown_timeout(Duration::from_secs(1));
     }
 }

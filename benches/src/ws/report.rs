@@ -340,7 +340,7 @@ impl Runner {
                 )?);
             }
             Server::Bare(b) => {
-                self.subs = Some(connect_all(rt, b.addr, bare::PATH, None, board, address)?);
+                self.subs = Some(connect_all(rt, b.addr(), bare::PATH, None, board, address)?);
                 if !wait_until(Duration::from_secs(10), || b.pending() >= n) {
                     return Err(
                         format!("only {} of {n} bare connections upgraded", b.pending()).into(),
