@@ -271,6 +271,7 @@ pub fn run_journaled(
         },
         snapshot_dir: None,
         venue: flow.venue.clone(),
+        history_dir: None,
     };
     let (node, _) = Node::open(config, T0)?;
     let mut engine = Journaled { node, rejected: 0 };

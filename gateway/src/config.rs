@@ -87,6 +87,11 @@ pub struct ServerConfig {
     pub segment_mib: u64,
     /// Write a snapshot every this many commands (0: only at shutdown).
     pub snapshot_every: u64,
+    /// How long ended orders, fills and settled markets' books and trades
+    /// stay in memory before they move to the history store, in seconds
+    /// (at least 60). The order list shows the last 24 hours only with at
+    /// least 86400, the default; shorter is for practice venues and soaks.
+    pub history_tail_secs: u64,
     /// Start even when the journal is damaged in the middle, cutting it back
     /// to the last good record (everything after it is lost). Off by
     /// default: start-up refuses and names the segment and offset.
@@ -134,6 +139,7 @@ impl Default for ServerConfig {
             durability_interval_ms: 5,
             segment_mib: 64,
             snapshot_every: 1_000_000,
+            history_tail_secs: sequencer::state::HISTORY_TAIL_MS_DEFAULT / 1000,
             truncate_corrupt_journal: false,
             account_risk_cap_usd: 100_000,
             orders_per_second: sequencer::limits::NEW_ORDERS_PER_SECOND,

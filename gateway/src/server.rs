@@ -148,6 +148,7 @@ impl Server {
             journal,
             snapshot_dir: Some(config.snapshot_dir()),
             venue,
+            history_dir: Some(config.data_dir.join("history")),
         };
         let (node, report) = Node::open(node_config, now_ms())?;
         let open_report = format!(
@@ -179,6 +180,9 @@ impl Server {
         for skipped in &report.skipped_snapshots {
             tracing::warn!("skipped a damaged snapshot: {skipped}");
         }
+        let history = node.history();
+        let tail_ms = config.history_tail_secs.saturating_mul(1000);
+        let retention_changes = node.state().retention.tail_ms != tail_ms;
         let existing: Vec<String> = node
             .state()
             .series
@@ -223,6 +227,23 @@ impl Server {
                 path: config.data_dir.clone(),
                 source,
             })?;
+
+        // The history tail is journaled, so replay evicts exactly as the
+        // live run did; a changed setting is a new command.
+        if retention_changes {
+            match runtime.block_on(submitter.internal(Command::SetRetention { tail_ms })) {
+                Ok(Reply::Ok) => tracing::info!(tail_ms, "history tail set"),
+                Ok(other) => {
+                    return Err(StartError::Config(format!("history_tail_secs: {other:?}")))
+                }
+                Err(e) => {
+                    return Err(StartError::Config(format!(
+                        "history_tail_secs: {}",
+                        e.message
+                    )))
+                }
+            }
+        }
 
         // Series from the configuration that the journal does not have yet.
         for entry in config
@@ -272,6 +293,7 @@ impl Server {
             lockout,
             openapi: OPENAPI,
             ws: ws.clone(),
+            history,
         });
         let admin = Arc::new(Admin {
             submitter: submitter.clone(),

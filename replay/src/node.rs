@@ -3,13 +3,18 @@
 //! exactly the state that answered the callers.
 
 use std::path::PathBuf;
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use journal::{Journal, JournalConfig, JournalError, Recovery, SyncPoint};
 use rkyv::util::AlignedVec;
 use sequencer::{Command, Event, Reply, Stamped, State, VenueConfig};
 
 use crate::codec;
-use crate::rebuild::{replay, ReplayError, Until};
+use crate::history::History;
+use crate::rebuild::{replay_bounded, ReplayError, Until};
 use crate::snapshot;
 
 /// Where the node keeps its files and how it starts a new venue.
@@ -20,6 +25,9 @@ pub struct NodeConfig {
     pub snapshot_dir: Option<PathBuf>,
     /// Written as the first command of a new journal.
     pub venue: VenueConfig,
+    /// History store folder; `None` drops what leaves the live state
+    /// (tests and benchmarks that never read past the history tail).
+    pub history_dir: Option<PathBuf>,
 }
 
 /// Failures of the node: the journal could not be read or written.
@@ -33,6 +41,11 @@ pub enum NodeError {
     Snapshot(#[from] snapshot::SnapshotError),
     #[error("the journal failed earlier ({0}); the node accepts no more commands")]
     Stopped(String),
+    #[error("history store {path}: {source}")]
+    History {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(
         "snapshot {} holds seq {seq} but the journal ends at seq {journal_end}: acknowledged commands are missing \
          from the journal (a lost segment or tail); refusing to start. Start with truncation allowed to continue \
@@ -90,6 +103,87 @@ fn snapshots_past(
     Ok(set_aside)
 }
 
+/// Batches of evictions in flight to the history writer.
+const HISTORY_QUEUE: usize = 4096;
+/// How long a snapshot waits for the history writer before giving up.
+const HISTORY_WAIT: Duration = Duration::from_secs(60);
+
+/// The history writer: a thread that stores what leaves the live state,
+/// off the sequencer thread, in seq order.
+struct HistoryFeed {
+    store: Arc<History>,
+    tx: Option<SyncSender<(u64, Vec<Event>)>>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl HistoryFeed {
+    fn start(store: Arc<History>) -> HistoryFeed {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Vec<Event>)>(HISTORY_QUEUE);
+        let writer = store.clone();
+        let worker = std::thread::Builder::new()
+            .name("history".into())
+            .spawn(move || {
+                for (seq, events) in rx {
+                    if let Err(e) = writer.store_events(&events) {
+                        // The journal stays whole; the store is rebuilt
+                        // from it at the next start (no snapshot past the
+                        // last sync is used).
+                        eprintln!("history store: {e}; writes stop here");
+                        return;
+                    }
+                    writer.mark_written(seq);
+                }
+            })
+            .expect("spawn the history writer");
+        HistoryFeed {
+            store,
+            tx: Some(tx),
+            worker: Some(worker),
+        }
+    }
+
+    /// Hands what the store keeps among `events` (of command `seq`) to the
+    /// writer.
+    fn send(&self, seq: u64, events: &[Event]) {
+        let evicted: Vec<Event> = events
+            .iter()
+            .filter(|e| History::keeps(e))
+            .cloned()
+            .collect();
+        if evicted.is_empty() {
+            return;
+        }
+        if let Some(tx) = &self.tx {
+            if tx.send((seq, evicted)).is_ok() {
+                self.store.mark_sent(seq);
+            }
+        }
+    }
+
+    /// Waits for what was sent, then makes it durable as of `seq`.
+    fn sync(&self, sent: u64, seq: u64) -> Result<(), NodeError> {
+        let err = |source| NodeError::History {
+            path: self.store.dir().to_path_buf(),
+            source,
+        };
+        if !self.store.wait_written(sent, HISTORY_WAIT) {
+            return Err(err(std::io::Error::other(format!(
+                "the history writer did not reach seq {sent}"
+            ))));
+        }
+        self.store.sync(seq).map_err(err)
+    }
+}
+
+impl Drop for HistoryFeed {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
 /// The state and its journal, driven by one thread.
 pub struct Node {
     state: State,
@@ -98,6 +192,7 @@ pub struct Node {
     events: Vec<Event>,
     snapshot_dir: Option<PathBuf>,
     failed: Option<String>,
+    history: Option<HistoryFeed>,
 }
 
 impl Node {
@@ -116,11 +211,35 @@ impl Node {
             Some(dir) => snapshots_past(dir, journal_end, truncate)?,
             None => Vec::new(),
         };
-        let outcome = replay(
+        // A snapshot holds the live state only: it may start the node only
+        // if the history store holds everything evicted before it.
+        let history = match &config.history_dir {
+            Some(dir) => Some(HistoryFeed::start(Arc::new(History::open(dir).map_err(
+                |source| NodeError::History {
+                    path: dir.clone(),
+                    source,
+                },
+            )?))),
+            None => None,
+        };
+        let snapshot_max = match &config.history_dir {
+            Some(dir) => History::synced_through(dir),
+            None => u64::MAX,
+        };
+        let outcome = replay_bounded(
             &journal_dir,
             config.snapshot_dir.as_deref(),
+            snapshot_max,
             Until::Seq(journal_end),
+            |seq, events| {
+                if let Some(feed) = &history {
+                    feed.send(seq, events);
+                }
+            },
         )?;
+        if let Some(feed) = &history {
+            feed.sync(feed.store.sent(), outcome.state.last_seq)?;
+        }
         let report = OpenReport {
             recovery,
             from_snapshot: outcome.from_snapshot,
@@ -135,6 +254,7 @@ impl Node {
             events: Vec::with_capacity(256),
             snapshot_dir: config.snapshot_dir,
             failed: None,
+            history,
         };
         if node.state.last_seq == 0 {
             node.submit(now_ms, Command::Configure(config.venue))?;
@@ -166,7 +286,11 @@ impl Node {
             self.failed = Some(e.to_string());
             return Err(e.into());
         }
+        let first = self.events.len();
         let reply = self.state.apply(&stamped, &mut self.events);
+        if let Some(feed) = &self.history {
+            feed.send(seq, &self.events[first..]);
+        }
         Ok((seq, reply))
     }
 
@@ -226,6 +350,13 @@ impl Node {
         self.events.drain(..)
     }
 
+    /// The history store, when the node keeps one: reads past the history
+    /// tail go there, after `History::wait_written(History::sent())` as
+    /// read on this thread.
+    pub fn history(&self) -> Option<Arc<History>> {
+        self.history.as_ref().map(|h| h.store.clone())
+    }
+
     /// True once a journal write failed; the node then refuses commands.
     pub fn is_stopped(&self) -> bool {
         self.failed.is_some()
@@ -246,6 +377,10 @@ impl Node {
             dir,
             state: Box::new(self.state.clone()),
             point,
+            history: self
+                .history
+                .as_ref()
+                .map(|h| (h.store.clone(), h.store.sent())),
         }))
     }
 
@@ -256,6 +391,9 @@ impl Node {
             return Ok(None);
         };
         self.journal.sync()?;
+        if let Some(feed) = &self.history {
+            feed.sync(feed.store.sent(), self.state.last_seq)?;
+        }
         Ok(Some(snapshot::write(&dir, &mut self.state)?))
     }
 }
@@ -265,6 +403,8 @@ pub struct SnapshotJob {
     dir: PathBuf,
     state: Box<State>,
     point: Option<SyncPoint>,
+    /// The history store and the evictions it must hold first.
+    history: Option<(Arc<History>, u64)>,
 }
 
 impl SnapshotJob {
@@ -278,6 +418,18 @@ impl SnapshotJob {
     pub fn write(mut self) -> Result<PathBuf, NodeError> {
         if let Some(point) = &self.point {
             point.sync()?;
+        }
+        if let Some((store, sent)) = &self.history {
+            let err = |source| NodeError::History {
+                path: store.dir().to_path_buf(),
+                source,
+            };
+            if !store.wait_written(*sent, HISTORY_WAIT) {
+                return Err(err(std::io::Error::other(format!(
+                    "the history writer did not reach seq {sent}"
+                ))));
+            }
+            store.sync(self.state.last_seq).map_err(err)?;
         }
         Ok(snapshot::write(&self.dir, &mut self.state)?)
     }

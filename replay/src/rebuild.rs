@@ -69,9 +69,21 @@ pub fn replay_with(
     journal_dir: &Path,
     snapshot_dir: Option<&Path>,
     until: Until,
+    observe: impl FnMut(u64, &[Event]),
+) -> Result<ReplayOutcome, ReplayError> {
+    replay_bounded(journal_dir, snapshot_dir, u64::MAX, until, observe)
+}
+
+/// Like [`replay_with`], starting from no snapshot past `snapshot_max`
+/// (the node's history store holds what was evicted only that far).
+pub fn replay_bounded(
+    journal_dir: &Path,
+    snapshot_dir: Option<&Path>,
+    snapshot_max: u64,
+    until: Until,
     mut observe: impl FnMut(u64, &[Event]),
 ) -> Result<ReplayOutcome, ReplayError> {
-    let (start, skipped) = start_state(snapshot_dir, until);
+    let (start, skipped) = start_state(snapshot_dir, snapshot_max, until);
     let from_snapshot = start.as_ref().map(|s| s.last_seq);
     let mut state = start.unwrap_or_default();
     let mut reader = Reader::open(journal_dir)?;
@@ -173,18 +185,22 @@ fn until_seq(until: Until) -> u64 {
 
 fn start_state(
     snapshot_dir: Option<&Path>,
+    snapshot_max: u64,
     until: Until,
 ) -> (Option<State>, Vec<snapshot::SnapshotError>) {
     let Some(dir) = snapshot_dir else {
         return (None, Vec::new());
     };
     match until {
-        Until::End => snapshot::newest(dir, u64::MAX),
-        Until::Seq(seq) => snapshot::newest(dir, seq),
+        Until::End => snapshot::newest(dir, snapshot_max),
+        Until::Seq(seq) => snapshot::newest(dir, seq.min(snapshot_max)),
         Until::TimeMs(t) => {
             // Snapshots are named by seq; the newest whose time is not past t.
             let mut skipped = Vec::new();
-            for (_, path) in snapshot::list(dir) {
+            for (_, path) in snapshot::list(dir)
+                .into_iter()
+                .filter(|(seq, _)| *seq <= snapshot_max)
+            {
                 match snapshot::load(&path) {
                     Ok(state) if state.now_ms <= t => return (Some(state), skipped),
                     Ok(_) => {}

@@ -13,7 +13,8 @@
 //!
 //! The version also names the layout of the state: it goes up whenever an
 //! archived type changes (3: the idempotency index that grows a few slots
-//! at a time), and a snapshot of another version is skipped with a message
+//! at a time; 4: the history tail, orders and fills in tables whose oldest
+//! records leave), and a snapshot of another version is skipped with a message
 //! that says so; the state is then rebuilt from the journal.
 
 use std::fs;
@@ -26,7 +27,7 @@ use sequencer::state::{Fill, Order};
 use sequencer::State;
 
 const MAGIC: &[u8; 8] = b"UPDNSNAP";
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 const HEADER_LEN: usize = 32;
 
 /// Orders or fills per section of a snapshot.
@@ -74,11 +75,16 @@ fn write_sectioned(
         move |source| SnapshotError::Io { path, source }
     };
     fs::create_dir_all(dir).map_err(io(dir))?;
-    let orders = std::mem::take(&mut state.orders);
-    let fills = std::mem::take(&mut state.fills);
-    let encoded = encode_sections(state, &orders, &fills, per_section);
-    state.orders = orders;
-    state.fills = fills;
+    let mut orders = state.orders.take_items();
+    let mut fills = state.fills.take_items();
+    let encoded = encode_sections(
+        state,
+        orders.make_contiguous(),
+        fills.make_contiguous(),
+        per_section,
+    );
+    state.orders.extend_items(orders);
+    state.fills.extend_items(fills);
     let payload = encoded?;
     let mut header = [0u8; HEADER_LEN];
     header[..8].copy_from_slice(MAGIC);
@@ -307,13 +313,13 @@ fn decode_sections(payload: &[u8]) -> Result<State, String> {
         _ => return Err("no state section".into()),
     };
     let mut state = *state;
-    if !state.orders.is_empty() || !state.fills.is_empty() {
+    if !state.orders.items_empty() || !state.fills.items_empty() {
         return Err("the state section holds orders or fills".into());
     }
     for section in sections {
         match section? {
-            Section::Orders(list) => state.orders.extend(list),
-            Section::Fills(list) => state.fills.extend(list),
+            Section::Orders(list) => state.orders.extend_items(list),
+            Section::Fills(list) => state.fills.extend_items(list),
             Section::Shell(_) => return Err("a second state section".into()),
         }
     }

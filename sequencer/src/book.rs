@@ -120,7 +120,9 @@ impl Side {
 /// A market's book.
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Book {
-    sides: [Side; 2],
+    /// Up then Down; `None` until the first order rests and again once a
+    /// settled market's book is released (two sides are about 5 KB).
+    sides: Option<Box<[Side; 2]>>,
     nodes: Vec<Node>,
     free: Vec<u32>,
     resting: u32,
@@ -299,10 +301,31 @@ impl std::hash::Hash for ChecksumCache {
     fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
+/// The side of a book that has none allocated.
+static EMPTY_SIDE: Side = Side {
+    levels: [EMPTY_LEVEL; LEVELS],
+    occupied: [0; 2],
+};
+
 impl Book {
     /// The bid side of an outcome.
+    #[inline]
     pub fn side(&self, outcome: Outcome) -> &Side {
-        &self.sides[outcome.index()]
+        self.sides
+            .as_deref()
+            .map_or(&EMPTY_SIDE, |s| &s[outcome.index()])
+    }
+
+    /// Frees an empty book's memory for good (a settled market's): reads
+    /// then see two empty sides.
+    pub fn release(&mut self) {
+        debug_assert_eq!(self.resting, 0, "only an empty book is released");
+        if self.resting == 0 {
+            self.sides = None;
+            self.nodes = Vec::new();
+            self.free = Vec::new();
+            self.cache.texts = None;
+        }
     }
 
     /// Orders resting on both sides.
@@ -317,7 +340,7 @@ impl Book {
 
     /// First node of a level, oldest first.
     pub fn head(&self, outcome: Outcome, price: PriceCents) -> u32 {
-        self.sides[outcome.index()].levels[usize::from(price)].head
+        self.side(outcome).levels[usize::from(price)].head
     }
 
     /// The node after `index` at its level.
@@ -353,7 +376,7 @@ impl Book {
                 u32::try_from(self.nodes.len() - 1).expect("fewer than 2^32 nodes")
             }
         };
-        let side = &mut self.sides[outcome.index()];
+        let side = &mut self.sides.get_or_insert_with(Box::default)[outcome.index()];
         let level = &mut side.levels[usize::from(price)];
         let tail = level.tail;
         level.tail = index;
@@ -378,7 +401,8 @@ impl Book {
         assert!(count <= node.remaining, "cannot take more than rests");
         node.remaining -= count;
         let left = node.remaining;
-        let level = &mut self.sides[outcome.index()].levels[usize::from(price)];
+        let level = &mut self.sides.get_or_insert_with(Box::default)[outcome.index()].levels
+            [usize::from(price)];
         level.total -= u64::from(count);
         self.cache.touch(outcome, price, level.total);
         if left == 0 {
@@ -396,7 +420,7 @@ impl Book {
 
     fn unlink(&mut self, outcome: Outcome, price: PriceCents, index: u32) {
         let Node { prev, next, .. } = self.nodes[index as usize];
-        let side = &mut self.sides[outcome.index()];
+        let side = &mut self.sides.get_or_insert_with(Box::default)[outcome.index()];
         let level = &mut side.levels[usize::from(price)];
         if prev == NIL {
             level.head = next;
@@ -434,7 +458,7 @@ impl Book {
         }
         let [up, down] = &mut texts.sides;
         if !up.valid {
-            up.rewrite(&self.sides[0]);
+            up.rewrite(self.sides.as_deref().map_or(&EMPTY_SIDE, |s| &s[0]));
             up.bytes[up.len..up.len + 6].copy_from_slice(b"|down:");
             up.len += 6;
             texts.up_hashed = false;
@@ -445,7 +469,7 @@ impl Book {
             texts.after_up.update(&up.bytes[..up.len]);
         }
         if !down.valid {
-            down.rewrite(&self.sides[1]);
+            down.rewrite(self.sides.as_deref().map_or(&EMPTY_SIDE, |s| &s[1]));
         }
         let mut hasher = texts.after_up.clone();
         hasher.update(&down.bytes[..down.len]);

@@ -176,6 +176,10 @@ pub enum Command {
         market: Option<String>,
         series: Option<String>,
     },
+    /// Sets the history tail: how long ended orders, fills and settled
+    /// markets' books and trades stay in the live state. Added after the
+    /// others so that journals written before it still decode.
+    SetRetention { tail_ms: u64 },
 }
 
 impl Command {
@@ -200,6 +204,7 @@ impl Command {
             Self::PlaceOrder { .. } => 15,
             Self::CancelOrder { .. } => 16,
             Self::CancelAll { .. } => 17,
+            Self::SetRetention { .. } => 18,
         }
     }
 
@@ -223,6 +228,7 @@ impl Command {
             15 => "place_order",
             16 => "cancel_order",
             17 => "cancel_all",
+            18 => "set_retention",
             _ => "unknown",
         }
     }

@@ -52,6 +52,7 @@ impl State {
         // Time never goes backwards inside the venue, whatever the stamp says.
         self.now_ms = self.now_ms.max(stamped.ts_ms.min(TS_MS_MAX));
         self.advance_time(events);
+        self.evict_if_due(events);
         let reply = self.dispatch(&stamped.command, events);
         let mut hasher = StableHasher::resume(self.event_hash);
         for event in &events[first_event..] {
@@ -71,6 +72,7 @@ impl State {
                 t_ms,
             } => self.price(symbol, *price_e8, *t_ms, events),
             Command::Configure(config) => self.configure(config),
+            Command::SetRetention { tail_ms } => self.set_retention(*tail_ms),
             Command::CreateSeries(config) => self.create_series(config, events),
             Command::CreateAccount => self.create_account(),
             Command::Deposit { account, cents } => self.deposit(*account, *cents, events),
@@ -211,6 +213,7 @@ impl State {
                 open_interest: [0; 2],
                 resting_buy_notional: 0,
                 trades: Vec::new(),
+                history: false,
             });
             self.active_markets.push(id);
         }
@@ -354,6 +357,7 @@ impl State {
         m.settlement_price_e8 = Some(settlement);
         m.result = result;
         m.settled_ts_ms = Some(now);
+        self.retention.settled.push_back(id);
         events.push(Event::Lifecycle {
             market: id,
             phase: Phase::Settled {
@@ -462,8 +466,9 @@ impl State {
             suspended: false,
             risk_cap: None,
             positions: Default::default(),
-            orders: Vec::new(),
-            fills: Vec::new(),
+            orders: Default::default(),
+            fills: Default::default(),
+            last_evicted_fill: 0,
             resting_orders: 0,
             created_ts_ms: self.now_ms,
         });
@@ -698,7 +703,7 @@ impl State {
         let client_hash = new.client_order_id.index_hash(account_id);
         let orders = &self.orders;
         let found = self.client_orders.get(client_hash, |id| {
-            orders.get(id as usize - 1).is_some_and(|o| {
+            orders.get(id).is_some_and(|o| {
                 o.account == account_id && o.client_order_id == new.client_order_id
             })
         });
@@ -958,7 +963,7 @@ impl State {
         let series = &self.series[self.markets[market_id as usize].series as usize].config;
         let (taker_bps, maker_bps) = (series.taker_fee_bps, series.maker_fee_bps);
         let account_id = self.keys[key_idx as usize].account;
-        let id = self.orders.len() as OrderId + 1;
+        let id = self.orders.next_id();
         let max_fee = match new.action {
             Action::Buy => max_fee_per_contract(new.price, taker_bps, maker_bps),
             Action::Sell => 0,
@@ -991,7 +996,7 @@ impl State {
         // the order release them.
         let account = self.account_mut(account_id).expect("key's account");
         account.held += order.hold;
-        account.orders.push(id);
+        account.orders.push_back(id);
         if new.action == Action::Sell {
             let position = account
                 .positions
@@ -1012,17 +1017,17 @@ impl State {
 
         self.match_order(id, dry.would_fill, (taker_bps, maker_bps), events);
 
-        let order = &self.orders[id as usize - 1];
+        let order = &self.orders[id];
         if order.remaining() > 0 {
             match order.time_in_force {
                 TimeInForce::GoodTillCanceled => self.rest(id, events),
                 TimeInForce::ImmediateOrCancel => {
-                    self.orders[id as usize - 1].status = OrderStatus::Canceled;
+                    self.orders[id].status = OrderStatus::Canceled;
                     self.release_remainder(id);
                 }
             }
         }
-        let order = self.orders[id as usize - 1];
+        let order = self.orders[id];
         debug_assert_eq!(order.hold, order.hold_formula());
         events.push(Event::Order(OrderUpdate::of(&order)));
         self.emit_account(account_id, market_id, new.outcome, events);
@@ -1042,7 +1047,7 @@ impl State {
         rates: (u32, u32),
         events: &mut Vec<Event>,
     ) {
-        let taker = &self.orders[id as usize - 1];
+        let taker = &self.orders[id];
         let (side, price) = taker.book_place();
         let opposite = side.other();
         let (taker_market, taker_account, taker_remaining) =
@@ -1082,7 +1087,7 @@ impl State {
                 if maker_left == 0 {
                     self.unrest(node.order);
                 }
-                let maker = &self.orders[node.order as usize - 1];
+                let maker = &self.orders[node.order];
                 let (account, market, outcome) = (maker.account, maker.market, maker.outcome);
                 events.push(Event::Order(OrderUpdate::of(maker)));
                 self.emit_account(account, market, outcome, events);
@@ -1116,10 +1121,10 @@ impl State {
     ) {
         let trade_id = self.trades_total + 1;
         self.trades_total = trade_id;
-        let taker_order = &self.orders[taker as usize - 1];
+        let taker_order = &self.orders[taker];
         let (market, taker_outcome, taker_action) =
             (taker_order.market, taker_order.outcome, taker_order.action);
-        let maker_action = self.orders[maker as usize - 1].action;
+        let maker_action = self.orders[maker].action;
         match (taker_action, maker_action) {
             (Action::Buy, Action::Buy) => self.markets[market as usize].pairs += u64::from(qty),
             (Action::Sell, Action::Sell) => self.markets[market as usize].pairs -= u64::from(qty),
@@ -1155,8 +1160,8 @@ impl State {
         events: &mut Vec<Event>,
     ) {
         let now = self.now_ms;
-        let fill_id = self.fills.len() as u64 + 1;
-        let order = &mut self.orders[id as usize - 1];
+        let fill_id = self.fills.next_id();
+        let order = &mut self.orders[id];
         let own_price = if order.outcome == Outcome::Up {
             up_price
         } else {
@@ -1225,7 +1230,7 @@ impl State {
         if position.count == 0 && position.committed == 0 {
             account.positions.remove(&position_key(market, outcome));
         }
-        account.fills.push(fill_id);
+        account.fills.push_back(fill_id);
         self.ledger.fees += fee;
         let fill = Fill {
             id: fill_id,
@@ -1248,7 +1253,7 @@ impl State {
 
     /// Puts what remains of a new order on the book.
     fn rest(&mut self, id: OrderId, events: &mut Vec<Event>) {
-        let order = &self.orders[id as usize - 1];
+        let order = &self.orders[id];
         let (side, price) = order.book_place();
         let (market_id, account, key, action, limit, remaining) = (
             order.market,
@@ -1271,7 +1276,7 @@ impl State {
             delta: i64::from(remaining),
             checksum,
         });
-        self.orders[id as usize - 1].node = node;
+        self.orders[id].node = node;
         let key = &mut self.keys[key as usize];
         key.resting_orders += 1;
         *key.resting_by_market.entry(market_id).or_default() += 1;
@@ -1280,7 +1285,7 @@ impl State {
 
     /// Bookkeeping when a resting order leaves the book fully filled.
     fn unrest(&mut self, id: OrderId) {
-        let order = &mut self.orders[id as usize - 1];
+        let order = &mut self.orders[id];
         order.node = NIL;
         let (key, account, market) = (order.key, order.account, order.market);
         let key = &mut self.keys[key as usize];
@@ -1297,7 +1302,7 @@ impl State {
     /// Releases the cash or contracts an order still commits and gives back
     /// the key's daily notional for the part that will never trade.
     fn release_remainder(&mut self, id: OrderId) {
-        let order = &mut self.orders[id as usize - 1];
+        let order = &mut self.orders[id];
         let remaining = order.remaining();
         let hold = order.hold;
         order.hold = 0;
@@ -1323,7 +1328,7 @@ impl State {
 
     /// Takes a resting order off the book and cancels it.
     fn cancel_resting(&mut self, id: OrderId, events: &mut Vec<Event>) {
-        let order = &self.orders[id as usize - 1];
+        let order = &self.orders[id];
         assert!(order.is_resting() && order.node != NIL);
         let (side, price) = order.book_place();
         let (market_id, account, outcome, action, limit, node) = (
@@ -1352,9 +1357,9 @@ impl State {
             checksum,
         });
         self.unrest(id);
-        self.orders[id as usize - 1].status = OrderStatus::Canceled;
+        self.orders[id].status = OrderStatus::Canceled;
         self.release_remainder(id);
-        events.push(Event::Order(OrderUpdate::of(&self.orders[id as usize - 1])));
+        events.push(Event::Order(OrderUpdate::of(&self.orders[id])));
         self.emit_account(account, market_id, outcome, events);
     }
 
@@ -1386,7 +1391,7 @@ impl State {
         self.cancel_resting(order_id, events);
         self.emit_ticker_if_changed(market, top_before, events);
         Reply::Order {
-            order: self.orders[order_id as usize - 1],
+            order: self.orders[order_id],
             created: false,
         }
     }
@@ -1421,18 +1426,18 @@ impl State {
             if resting.len() == account.resting_orders as usize {
                 break;
             }
-            if self.orders[id as usize - 1].is_resting() {
+            if self.orders[id].is_resting() {
                 resting.push(id);
             }
         }
         resting.reverse();
         resting.retain(|&id| {
-            let m = &self.markets[self.orders[id as usize - 1].market as usize];
+            let m = &self.markets[self.orders[id].market as usize];
             market.is_none_or(|t| m.ticker == t)
                 && series.is_none_or(|s| self.series[m.series as usize].config.ticker == s)
         });
         for &id in &resting {
-            let market = self.orders[id as usize - 1].market;
+            let market = self.orders[id].market;
             let top_before = self.top(market);
             self.cancel_resting(id, events);
             self.emit_ticker_if_changed(market, top_before, events);

@@ -70,6 +70,21 @@ impl OrderUpdate {
     pub fn order(&self, state: &State) -> Option<Order> {
         state.order(self.id).map(|now| self.onto(now))
     }
+
+    /// As `order`, for a sink that sees a batch's events with the state
+    /// after the batch: an order evicted later in the same batch is
+    /// rebuilt from its evicted record.
+    pub fn order_in(&self, state: &State, batch: &[Event]) -> Option<Order> {
+        self.order(state).or_else(|| {
+            batch.iter().find_map(|e| match e {
+                Event::Evicted(ev) => match &**ev {
+                    crate::retention::Evicted::Order(o) if o.id == self.id => Some(self.onto(o)),
+                    _ => None,
+                },
+                _ => None,
+            })
+        })
+    }
 }
 
 /// Top of book on the Up scale and the last trade price.
@@ -161,6 +176,9 @@ pub enum Event {
         paused: bool,
         until_ts_ms: Option<TsMs>,
     },
+    /// Records left the live state for the history store (never published;
+    /// the history writer stores them).
+    Evicted(Box<crate::retention::Evicted>),
 }
 
 impl Event {

@@ -14,8 +14,12 @@ const SLOTS_MIN: usize = 1024;
 /// slots) and must end before the new table (4n slots) is half full, that
 /// is within n inserts: 2n old slots at 4 a step take n / 2.
 const MOVE_PER_INSERT: usize = 4;
+/// An entry removed from the part of the old table not yet moved: it keeps
+/// the probe chains of that table intact and is dropped when moved.
+const TOMBSTONE: u64 = u64::MAX;
 
-/// The index. A slot is `[hash, order id]`; order id 0 is an empty slot.
+/// The index. A slot is `[hash, order id]`; order id 0 is an empty slot,
+/// `TOMBSTONE` a removed entry of the old table (see `remove`).
 ///
 /// Growing moves the entries to a table twice the size a few at a time, on
 /// the inserts that follow, instead of all at once: at two million orders
@@ -66,7 +70,7 @@ impl ClientOrderIndex {
             if id == 0 {
                 return None;
             }
-            if h == hash && is_it(id) {
+            if h == hash && id != TOMBSTONE && is_it(id) {
                 return Some(id);
             }
             i = (i + 1) & mask;
@@ -117,7 +121,7 @@ impl ClientOrderIndex {
         let to = (from + MOVE_PER_INSERT).min(self.old.len());
         for i in from..to {
             let [hash, id] = self.old[i];
-            if id != 0 {
+            if id != 0 && id != TOMBSTONE {
                 Self::place(&mut self.slots, hash, id);
             }
         }
@@ -125,6 +129,72 @@ impl ClientOrderIndex {
         if to == self.old.len() {
             self.old = Vec::new();
             self.moved = 0;
+        }
+    }
+
+    /// Removes the entry `(hash, id)` when present (its order left the live
+    /// state). In the current table the entries after it shift back (no
+    /// tombstones, so the table never fills with dead slots); in the part
+    /// of the old table still to move it becomes a tombstone. A copy in the
+    /// part already moved stays until the old table is dropped; lookups
+    /// pass over it because its order is gone (`is_it` says no).
+    pub fn remove(&mut self, hash: u64, id: OrderId) -> bool {
+        let removed = Self::remove_shifting(&mut self.slots, hash, id) || {
+            let moved = self.moved as usize;
+            match Self::find(&self.old, hash, id) {
+                Some(i) if i >= moved => {
+                    self.old[i][1] = TOMBSTONE;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if removed {
+            self.len -= 1;
+        }
+        removed
+    }
+
+    fn find(slots: &[[u64; 2]], hash: u64, id: OrderId) -> Option<usize> {
+        if slots.is_empty() {
+            return None;
+        }
+        let mask = slots.len() - 1;
+        let mut i = hash as usize & mask;
+        loop {
+            match slots[i] {
+                [_, 0] => return None,
+                [h, found] if h == hash && found == id => return Some(i),
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    fn remove_shifting(slots: &mut [[u64; 2]], hash: u64, id: OrderId) -> bool {
+        let Some(mut hole) = Self::find(slots, hash, id) else {
+            return false;
+        };
+        let mask = slots.len() - 1;
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let [h, next] = slots[j];
+            if next == 0 {
+                slots[hole] = [0, 0];
+                return true;
+            }
+            // The entry at j may fill the hole unless its home lies
+            // cyclically in (hole, j]: then it would be placed before home.
+            let home = h as usize & mask;
+            let stays = if hole <= j {
+                hole < home && home <= j
+            } else {
+                hole < home || home <= j
+            };
+            if !stays {
+                slots[hole] = slots[j];
+                hole = j;
+            }
         }
     }
 
@@ -203,6 +273,47 @@ mod tests {
                 live, 20_000,
                 "each entry once in the new table or still to move"
             );
+        }
+    }
+
+    /// Removing entries, mid-growth or not, under clustered hashes: what
+    /// was removed is gone, everything else is still found, and a removed
+    /// copy left in the moved part of the old table is never reported for
+    /// an order that is gone.
+    #[test]
+    fn removal_keeps_every_other_entry_reachable() {
+        for spread in [u64::MAX, 1 << 10, 5] {
+            let hash = |id: u64| id.wrapping_mul(0x9e37_79b9_7f4a_7c15) % spread.max(1);
+            let mut index = ClientOrderIndex::default();
+            let mut live = std::collections::BTreeSet::new();
+            for id in 1..=6_000u64 {
+                index.insert(hash(id), id);
+                live.insert(id);
+                // Remove an older entry now and then, in an order unlike
+                // the insertion order.
+                if id % 3 == 0 {
+                    let victim = (id * 7919) % id + 1;
+                    if live.remove(&victim) {
+                        assert!(index.remove(hash(victim), victim), "{victim}");
+                    }
+                    assert!(!index.remove(hash(victim), victim));
+                }
+                if id % 101 == 0 || !index.old.is_empty() && id % 7 == 0 {
+                    for probe in [1, id / 3 + 1, id / 2 + 1, id] {
+                        let found = index.get(hash(probe), |c| c == probe && live.contains(&c));
+                        assert_eq!(
+                            found.is_some(),
+                            live.contains(&probe),
+                            "spread {spread}: {probe} at {id}"
+                        );
+                    }
+                }
+            }
+            assert_eq!(index.len(), live.len() as u64);
+            for id in 1..=6_000u64 {
+                let found = index.get(hash(id), |c| c == id && live.contains(&c));
+                assert_eq!(found.is_some(), live.contains(&id), "spread {spread}: {id}");
+            }
         }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::book::NIL;
 use crate::state::{position_key, State};
-use crate::types::{Action, Cents, MarketStatus, Outcome};
+use crate::types::{Action, Cents, MarketId, MarketStatus, Outcome};
 
 impl State {
     /// Every invariant at once; `Err` names the first one broken.
@@ -43,7 +43,7 @@ impl State {
     /// Up contracts == Down contracts == pairs in every market; positions
     /// and their costs add up.
     pub fn check_contracts(&self) -> Result<(), String> {
-        let mut held = vec![[0u64; 2]; self.markets.len()];
+        let mut held: BTreeMap<MarketId, [u64; 2]> = BTreeMap::new();
         for a in &self.accounts {
             let mut cost = 0;
             for (&key, p) in &a.positions {
@@ -51,13 +51,16 @@ impl State {
                 if p.committed > p.count || p.cost < 0 || (p.count == 0 && p.committed == 0) {
                     return Err(format!("account {} position {key} is {p:?}", a.id));
                 }
-                if self.markets[market as usize].status == MarketStatus::Settled {
+                if self
+                    .market(market)
+                    .is_none_or(|m| m.status == MarketStatus::Settled)
+                {
                     return Err(format!(
                         "account {} holds a position in settled market {market}",
                         a.id
                     ));
                 }
-                held[market as usize][outcome.index()] += p.count;
+                held.entry(market).or_default()[outcome.index()] += p.count;
                 cost += p.cost;
             }
             if cost != a.position_cost {
@@ -67,7 +70,8 @@ impl State {
                 ));
             }
         }
-        for (m, counts) in self.markets.iter().zip(&held) {
+        for m in self.markets.iter() {
+            let counts = held.get(&m.id).unwrap_or(&[0; 2]);
             if counts[0] != counts[1] || counts[0] != m.pairs || m.open_interest != *counts {
                 return Err(format!(
                     "market {}: up {} down {} pairs {} open interest {:?}",
@@ -222,11 +226,11 @@ impl State {
         Ok(())
     }
 
-    /// Checks every order ever placed (slow; for audits and final checks):
+    /// Checks every order in the live state (slow; for audits and final checks):
     /// finished orders hold nothing and have no book node; statuses agree
     /// with fill counts.
     pub fn check_all_orders(&self) -> Result<(), String> {
-        for o in &self.orders {
+        for o in self.orders.iter() {
             if o.hold != o.hold_formula() || !o.node_consistent() || o.filled > o.count {
                 return Err(format!("order {} is inconsistent: {o:?}", o.id));
             }

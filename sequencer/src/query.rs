@@ -4,7 +4,10 @@
 use crate::limits::{FILLS_LIMIT_MAX, FILLS_LIMIT_MIN, LIST_LIMIT_MAX, ORDER_LIST_WINDOW_MS};
 use crate::reply::{ErrorCode, Reject};
 use crate::state::{position_parts, Fill, Key, Market, Order, State, Trade};
-use crate::types::{Cents, ClientOrderId, KeyIdx, MarketStatus, OrderStatus, Outcome, PriceCents};
+use crate::types::{
+    AccountId, Cents, ClientOrderId, KeyIdx, MarketId, MarketStatus, OrderStatus, Outcome,
+    PriceCents,
+};
 
 /// A position as GET /portfolio/positions shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,15 +51,58 @@ pub struct OrderFilter {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Page<T> {
     pub items: Vec<T>,
-    /// Pass back to get older items; `None` when there are none.
+    /// Pass back to get older items; `None` when there are none in the
+    /// live state (`rest` then says whether the history store has more).
     pub cursor: Option<u64>,
+    /// The page goes on in the history store (docs/history-store.md).
+    pub rest: Option<Rest>,
+}
+
+/// Where a page goes on past the live state: the reader (outside the
+/// sequencer) continues it from the history store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rest {
+    /// Fills: the newest evicted fill of the account, head of its chain.
+    /// Trades: the market whose trades are all in the store.
+    pub from: u64,
+    /// Items still wanted on this page.
+    pub wanted: usize,
+    /// Only items of this market (fills with a market filter).
+    pub market: Option<MarketId>,
+}
+
+/// One order by id: in the live state, or ended long enough ago to be in
+/// the history store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrderLookup {
+    Live(Order),
+    /// The caller's account; the reader shows the stored order only if it
+    /// belongs to it.
+    InHistory {
+        account: AccountId,
+    },
+}
+
+impl OrderLookup {
+    /// The order when it is in the live state.
+    pub fn live(self) -> Option<Order> {
+        match self {
+            Self::Live(order) => Some(order),
+            Self::InHistory { .. } => None,
+        }
+    }
 }
 
 fn page<T>(items: Vec<T>, more: bool, last_id: Option<u64>) -> Page<T> {
     Page {
         items,
         cursor: if more { last_id } else { None },
+        rest: None,
     }
+}
+
+fn empty<T>() -> Page<T> {
+    page(Vec::new(), false, None)
 }
 
 impl State {
@@ -66,17 +112,15 @@ impl State {
     }
 
     /// One order of the key's account.
-    pub fn query_order(&self, key: KeyIdx, order_id: u64) -> Result<Order, Reject> {
+    pub fn query_order(&self, key: KeyIdx, order_id: u64) -> Result<OrderLookup, Reject> {
         let account = self.authorize_read(key)?.account;
+        if self.orders.evicted(order_id) {
+            return Ok(OrderLookup::InHistory { account });
+        }
         self.order(order_id)
             .filter(|o| o.account == account)
-            .copied()
-            .ok_or_else(|| {
-                Reject::new(
-                    ErrorCode::OrderNotFound,
-                    format!("No order {order_id} on this account."),
-                )
-            })
+            .map(|o| OrderLookup::Live(*o))
+            .ok_or_else(|| order_not_found(order_id))
     }
 
     /// The account's orders of the last 24 hours, newest first.
@@ -88,12 +132,7 @@ impl State {
         let market = match &filter.market_ticker {
             Some(t) => match self.market_ids.get(t) {
                 Some(&id) => Some(id),
-                None => {
-                    return Ok(Page {
-                        items: Vec::new(),
-                        cursor: None,
-                    })
-                }
+                None => return Ok(empty()),
             },
             None => None,
         };
@@ -165,12 +204,7 @@ impl State {
         let market = match market_ticker {
             Some(t) => match self.market_ids.get(t) {
                 Some(&id) => Some(id),
-                None => {
-                    return Ok(Page {
-                        items: Vec::new(),
-                        cursor: None,
-                    })
-                }
+                None => return Ok(empty()),
             },
             None => None,
         };
@@ -181,7 +215,7 @@ impl State {
         };
         let mut items = Vec::new();
         let mut more = false;
-        for &id in account.fills[..end].iter().rev() {
+        for &id in account.fills.range(..end).rev() {
             let fill = self.fill(id).expect("account fills exist");
             if market.is_some_and(|m| fill.market != m) {
                 continue;
@@ -193,7 +227,15 @@ impl State {
             items.push(*fill);
         }
         let last = items.last().map(|f: &Fill| f.id);
-        Ok(page(items, more, last))
+        let mut page = page(items, more, last);
+        if !more && account.last_evicted_fill != 0 {
+            page.rest = Some(Rest {
+                from: account.last_evicted_fill,
+                wanted: limit - page.items.len(),
+                market,
+            });
+        }
+        Ok(page)
     }
 
     /// Cash, held and buying power.
@@ -274,6 +316,15 @@ impl State {
     ) -> Result<Page<Trade>, Reject> {
         let market = self.query_market(ticker)?;
         let limit = list_limit(limit, LIST_LIMIT_MAX)?;
+        if market.history {
+            let mut page = empty();
+            page.rest = Some(Rest {
+                from: u64::from(market.id),
+                wanted: limit,
+                market: Some(market.id),
+            });
+            return Ok(page);
+        }
         let end = match cursor {
             Some(c) => market.trades.partition_point(|t| t.trade_id < c),
             None => market.trades.len(),
@@ -283,6 +334,14 @@ impl State {
         let last = items.last().map(|t| t.trade_id);
         Ok(page(items, start > 0, last))
     }
+}
+
+/// The answer for an order that is not the caller's, or not at all.
+pub fn order_not_found(order_id: u64) -> Reject {
+    Reject::new(
+        ErrorCode::OrderNotFound,
+        format!("No order {order_id} on this account."),
+    )
 }
 
 fn list_limit(limit: Option<u32>, max: u32) -> Result<usize, Reject> {

@@ -2,12 +2,13 @@
 //! so that iteration order never depends on a hash seed, and every field is
 //! archived by rkyv for snapshots.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use rkyv::{Archive, Deserialize, Serialize};
 
 use crate::book::{Book, NIL};
 use crate::command::{SeriesConfig, VenueConfig};
+use crate::table::Table;
 use crate::types::{
     AccountId, Action, Cents, ClientOrderId, Environment, FillId, KeyIdx, KeyLimits, MarketId,
     MarketStatus, OrderId, OrderStatus, Outcome, PriceCents, Scopes, SeriesId, TimeInForce, TsMs,
@@ -56,10 +57,13 @@ pub struct Account {
     pub risk_cap: Option<Cents>,
     /// Positions by `position_key`.
     pub positions: BTreeMap<u64, Position>,
-    /// Every order of the account, oldest first.
-    pub orders: Vec<OrderId>,
-    /// Every fill of the account, oldest first.
-    pub fills: Vec<FillId>,
+    /// The account's orders in the live state, oldest first.
+    pub orders: VecDeque<OrderId>,
+    /// The account's fills in the live state, oldest first.
+    pub fills: VecDeque<FillId>,
+    /// Newest of the account's fills that left the live state (0: none);
+    /// the history store chains each evicted fill to the one before it.
+    pub last_evicted_fill: FillId,
     /// Orders of the account resting now.
     pub resting_orders: u32,
     pub created_ts_ms: TsMs,
@@ -125,6 +129,33 @@ pub struct Series {
     pub markets: Vec<MarketId>,
 }
 
+/// The history tail: how long what has ended stays in the live state.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Retention {
+    /// Ended orders, fills and settled markets older than this leave the
+    /// live state for the history store. At least 24 hours in production
+    /// (the order list shows the last 24 hours from the live state).
+    pub tail_ms: u64,
+    /// Journaled time at or after which eviction next runs.
+    pub next_run_ts_ms: TsMs,
+    /// Settled markets whose book and trades are still live, in the order
+    /// they settled.
+    pub settled: VecDeque<MarketId>,
+}
+
+/// The default history tail: the spec's 24-hour order list.
+pub const HISTORY_TAIL_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            tail_ms: HISTORY_TAIL_MS_DEFAULT,
+            next_run_ts_ms: 0,
+            settled: VecDeque::new(),
+        }
+    }
+}
+
 /// One public trade.
 #[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Trade {
@@ -161,7 +192,12 @@ pub struct Market {
     pub open_interest: [u64; 2],
     /// Notional (count x limit) of buys resting in this market.
     pub resting_buy_notional: Cents,
+    /// Public trades, oldest first, until the market's history leaves the
+    /// live state (then empty, and `history` is set).
     pub trades: Vec<Trade>,
+    /// Settled long enough ago that its book is released and its trades
+    /// are in the history store.
+    pub history: bool,
 }
 
 impl Market {
@@ -316,16 +352,23 @@ pub struct State {
     pub key_ids: BTreeMap<String, KeyIdx>,
     pub series: Vec<Series>,
     pub series_ids: BTreeMap<String, SeriesId>,
+    /// Every market ever listed; index = id. A settled market's book and
+    /// trades leave the live state after the history tail (the record
+    /// itself, about 200 bytes, stays: a ticker names its window for ever).
     pub markets: Vec<Market>,
     pub market_ids: BTreeMap<String, MarketId>,
     /// Markets not settled yet, oldest first.
     pub active_markets: Vec<MarketId>,
     /// The earliest time at which a listing, opening or closing is due.
     pub next_due_ts_ms: TsMs,
-    /// Orders; index = id - 1.
-    pub orders: Vec<Order>,
-    /// Fills; index = id - 1.
-    pub fills: Vec<Fill>,
+    /// Orders in the live state (ids from 1); ended ones leave after the
+    /// history tail.
+    pub orders: Table<Order, 1>,
+    /// Fills in the live state (ids from 1); they leave after the tail.
+    pub fills: Table<Fill, 1>,
+    /// How long ended orders, fills and settled markets stay in the live
+    /// state, and when eviction next runs.
+    pub retention: Retention,
     pub trades_total: u64,
     /// Idempotency: (account, client_order_id) -> order.
     pub client_orders: crate::index::ClientOrderIndex,
@@ -354,12 +397,10 @@ impl State {
             .and_then(|i| self.accounts.get_mut(i as usize))
     }
     pub fn order(&self, id: OrderId) -> Option<&Order> {
-        id.checked_sub(1)
-            .and_then(|i| self.orders.get(usize::try_from(i).ok()?))
+        self.orders.get(id)
     }
     pub fn fill(&self, id: FillId) -> Option<&Fill> {
-        id.checked_sub(1)
-            .and_then(|i| self.fills.get(usize::try_from(i).ok()?))
+        self.fills.get(id)
     }
     pub fn market(&self, id: MarketId) -> Option<&Market> {
         self.markets.get(id as usize)

@@ -646,9 +646,11 @@ impl Sim {
         let key = self.order_key(state, false);
         let account = state.account(state.key(key)?.account)?;
         let from = account.orders.len().saturating_sub(50);
-        let &id = self
-            .rng
-            .pick(account.orders.get(from..).filter(|o| !o.is_empty())?);
+        let recent: Vec<u64> = account.orders.range(from..).copied().collect();
+        if recent.is_empty() {
+            return None;
+        }
+        let &id = self.rng.pick(&recent);
         let old = state.order(id)?;
         let mut order = NewOrder {
             market: old.market,
@@ -689,7 +691,12 @@ impl Sim {
         let own: Vec<u64> = state
             .key(key)
             .and_then(|k| state.account(k.account))
-            .map(|a| a.orders[a.orders.len().saturating_sub(40)..].to_vec())
+            .map(|a| {
+                a.orders
+                    .range(a.orders.len().saturating_sub(40)..)
+                    .copied()
+                    .collect()
+            })
             .unwrap_or_default();
         let resting: Vec<u64> = own
             .iter()

@@ -742,7 +742,15 @@ fn one_account_cannot_cancel_or_read_another_accounts_order() {
         v.state.query_order(b.key, order.id).unwrap_err().code,
         ErrorCode::OrderNotFound
     );
-    assert_eq!(v.state.query_order(a.key, order.id).unwrap().id, order.id);
+    assert_eq!(
+        v.state
+            .query_order(a.key, order.id)
+            .unwrap()
+            .live()
+            .unwrap()
+            .id,
+        order.id
+    );
     assert_eq!(
         v.cancel(a, 12_345).unwrap_err().code,
         ErrorCode::OrderNotFound
@@ -1110,7 +1118,12 @@ fn orders_older_than_a_day_leave_the_order_list() {
         .is_empty());
     // The order itself is still there by id.
     assert_eq!(
-        v.state.query_order(a.key, 1).unwrap().status,
+        v.state
+            .query_order(a.key, 1)
+            .unwrap()
+            .live()
+            .unwrap()
+            .status,
         OrderStatus::Canceled
     );
 }

@@ -11,6 +11,7 @@
 use gateway::api::json as rest;
 use sequencer::command::AccountFlag;
 use sequencer::event::Phase;
+use sequencer::retention::Evicted;
 use sequencer::state::Key;
 use sequencer::types::KeyLimits;
 use sequencer::wire::{dollars, price, price_e8};
@@ -50,6 +51,7 @@ pub fn command_json(command: &Command) -> Value {
             price_e8,
             t_ms,
         } => json!({ "symbol": symbol, "price_e8": price_e8, "t_ms": t_ms }),
+        Command::SetRetention { tail_ms } => json!({ "tail_ms": tail_ms }),
         Command::Configure(c) => json!({
             "environment": c.environment.as_str(),
             "practice_book_open": c.practice_book_open,
@@ -161,6 +163,7 @@ pub fn summary(command: &Command, state: Option<&State>) -> String {
             price_e8: p,
             t_ms,
         } => format!("{symbol} {} at {}", price_e8(*p), iso(*t_ms)),
+        Command::SetRetention { tail_ms } => format!("history tail {} s", tail_ms / 1000),
         Command::Configure(c) => format!(
             "environment={} practice_book_open={} account_risk_cap={}",
             c.environment.as_str(),
@@ -463,6 +466,17 @@ pub fn event_json(event: &Event, state: &State) -> Value {
                     "buying_power": dollars(cash - held) }),
         ),
         Event::Key(k) => ("key", key_json(k)),
+        Event::Evicted(evicted) => (
+            "evicted",
+            match &**evicted {
+                Evicted::Order(o) => json!({ "order_id": o.id.to_string() }),
+                Evicted::Fill { fill, .. } => json!({ "fill_id": fill.id.to_string() }),
+                Evicted::Trades { market, trades } => json!({
+                    "market_ticker": market_name(Some(state), *market),
+                    "trades": trades.len(),
+                }),
+            },
+        ),
         Event::Account {
             account,
             terms_accepted,

@@ -159,6 +159,7 @@ fn node_config(dir: &Path) -> NodeConfig {
         journal,
         snapshot_dir: Some(dir.join("snapshots")),
         venue: VenueConfig::default(),
+        history_dir: None,
     }
 }
 

@@ -194,6 +194,7 @@ pub fn corpus(config: &Config, log: &mut dyn io::Write) -> io::Result<Corpus> {
         },
         snapshot_dir: Some(dir.join("snapshots")),
         venue: VenueConfig::default(),
+        history_dir: None,
     };
     let failed = |e: replay::NodeError| io::Error::other(e.to_string());
     let start = Instant::now();

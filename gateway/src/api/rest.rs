@@ -3,8 +3,8 @@
 //! decides a business rule.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::{to_bytes, Body};
 use axum::extract::{ConnectInfo, MatchedPath, Path, Request, State};
@@ -13,8 +13,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Json, Router};
+use replay::history::History;
 use sequencer::limits::{FILLS_LIMIT_MAX, FILLS_LIMIT_MIN, LIST_LIMIT_MAX};
-use sequencer::query::OrderFilter;
+use sequencer::query::{OrderFilter, OrderLookup};
 use sequencer::types::{Environment, KeyIdx};
 use sequencer::{Command, ErrorCode, NewOrder, Reply};
 use serde_json::{json, Value};
@@ -73,6 +74,43 @@ pub struct App {
     pub openapi: &'static str,
     /// The websocket's publisher and connection limits (`/v1/ws`).
     pub ws: Arc<crate::ws::Hub>,
+    /// Where reads past the history tail go (docs/history-store.md).
+    pub history: Option<Arc<History>>,
+}
+
+/// A read's outcome on the sequencer thread: the answer, or the part of it
+/// that goes on in the history store, finished on a blocking thread.
+enum ReadOut {
+    Done(Answer),
+    History(HistoryRead),
+}
+
+/// The rest of a read, with the history store.
+type HistoryRead = Box<dyn FnOnce(&History) -> Result<Value, ApiError> + Send>;
+
+/// How long a read past the tail waits for the history writer.
+const HISTORY_WAIT: Duration = Duration::from_secs(5);
+
+fn history_failed(e: std::io::Error) -> ApiError {
+    tracing::error!(error = %e, "history store read failed");
+    ApiError::unavailable("The history store could not be read; try again later.")
+}
+
+/// A market's ticker from the history store, remembered for the page.
+fn ticker_of(
+    history: &History,
+    tickers: &mut std::collections::BTreeMap<u32, String>,
+    market: u32,
+) -> Result<String, ApiError> {
+    if let Some(t) = tickers.get(&market) {
+        return Ok(t.clone());
+    }
+    let ticker = history
+        .ticker(market)
+        .map_err(history_failed)?
+        .unwrap_or_default();
+    tickers.insert(market, ticker.clone());
+    Ok(ticker)
 }
 
 type Shared = State<Arc<App>>;
@@ -238,6 +276,82 @@ impl App {
                 )
                 .await,
         )
+    }
+
+    /// A keyed read whose answer may go on in the history store.
+    async fn keyed_read_history(
+        &self,
+        headers: &HeaderMap,
+        ip: IpAddr,
+        read: impl FnOnce(&sequencer::State, KeyIdx) -> Result<ReadOut, ApiError> + Send + 'static,
+    ) -> Response {
+        let caller = match self.caller(headers, ip, false) {
+            Ok(c) => c,
+            Err(e) => return e.into_response(),
+        };
+        self.read_history(Some(caller), move |state, key| {
+            read(state, key.expect("authenticated"))
+        })
+        .await
+    }
+
+    /// A public read whose answer may go on in the history store.
+    async fn public_read_history(
+        &self,
+        read: impl FnOnce(&sequencer::State) -> Result<ReadOut, ApiError> + Send + 'static,
+    ) -> Response {
+        self.read_history(None, move |state, _| read(state)).await
+    }
+
+    /// Runs `read` on the sequencer thread; when it reaches past the live
+    /// state, finishes it from the history store once the store holds
+    /// everything evicted before the read (read-your-writes holds there
+    /// too), on a blocking thread.
+    async fn read_history(
+        &self,
+        caller: Option<crate::engine::Caller>,
+        read: impl FnOnce(&sequencer::State, Option<KeyIdx>) -> Result<ReadOut, ApiError>
+            + Send
+            + 'static,
+    ) -> Response {
+        let later: Arc<Mutex<Option<(HistoryRead, u64)>>> = Arc::default();
+        let slot = later.clone();
+        let history = self.history.clone();
+        let answer = self
+            .submitter
+            .read(
+                caller,
+                Box::new(move |state, key| match read(state, key)? {
+                    ReadOut::Done(answer) => answer,
+                    ReadOut::History(rest) => {
+                        let sent = history.as_ref().map_or(0, |h| h.sent());
+                        *slot.lock().expect("slot") = Some((rest, sent));
+                        Ok((StatusCode::OK, Value::Null))
+                    }
+                }),
+            )
+            .await;
+        let pending = later.lock().expect("slot").take();
+        let (Some((rest, sent)), Ok(_)) = (pending, &answer) else {
+            return respond(answer);
+        };
+        let Some(history) = self.history.clone() else {
+            return ApiError::unavailable("This server keeps no history store.").into_response();
+        };
+        let finished = tokio::task::spawn_blocking(move || {
+            if !history.wait_written(sent, HISTORY_WAIT) {
+                return Err(ApiError::unavailable(
+                    "The history store is catching up; try again shortly.",
+                ));
+            }
+            rest(&history)
+        })
+        .await;
+        match finished {
+            Ok(Ok(body)) => (StatusCode::OK, Json(body)).into_response(),
+            Ok(Err(e)) => e.into_response(),
+            Err(_) => ApiError::unavailable("The history read did not finish.").into_response(),
+        }
     }
 
     /// A public read.
@@ -434,12 +548,23 @@ async fn get_order(
     if let Err(e) = no_params(&uri) {
         return e.into_response();
     }
-    app.keyed_read(&headers, peer.ip(), move |state, key| {
-        let order = state.query_order(key, parse_order_id(&id)?)?;
-        ok(
-            StatusCode::OK,
-            json!({ "order": json::order(state, &order) }),
-        )
+    app.keyed_read_history(&headers, peer.ip(), move |state, key| {
+        let order_id = parse_order_id(&id)?;
+        match state.query_order(key, order_id)? {
+            OrderLookup::Live(order) => Ok(ReadOut::Done(ok(
+                StatusCode::OK,
+                json!({ "order": json::order(state, &order) }),
+            ))),
+            OrderLookup::InHistory { account } => Ok(ReadOut::History(Box::new(move |history| {
+                let order = history
+                    .order(order_id)
+                    .map_err(history_failed)?
+                    .filter(|o| o.account == account)
+                    .ok_or_else(|| ApiError::from(sequencer::query::order_not_found(order_id)))?;
+                let ticker = ticker_of(history, &mut Default::default(), order.market)?;
+                Ok(json!({ "order": json::order_in(&ticker, &order) }))
+            }))),
+        }
     })
     .await
 }
@@ -525,13 +650,27 @@ async fn fills(
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    app.keyed_read(&headers, peer.ip(), move |state, key| {
+    app.keyed_read_history(&headers, peer.ip(), move |state, key| {
         let page = state.query_fills(key, market.as_deref(), limit, cursor_in)?;
-        let fills: Vec<Value> = page.items.iter().map(|f| json::fill(state, f)).collect();
-        ok(
-            StatusCode::OK,
-            json!({ "fills": fills, "cursor": cursor(page.cursor) }),
-        )
+        let mut fills: Vec<Value> = page.items.iter().map(|f| json::fill(state, f)).collect();
+        let Some(rest) = page.rest else {
+            return Ok(ReadOut::Done(ok(
+                StatusCode::OK,
+                json!({ "fills": fills, "cursor": cursor(page.cursor) }),
+            )));
+        };
+        // The live tail ran out: the page goes on from the account's
+        // newest evicted fill, below the cursor and the live fills.
+        let below = page.items.last().map(|f| f.id).or(cursor_in);
+        Ok(ReadOut::History(Box::new(move |history| {
+            let (older, next) = history.fills_page(&rest, below).map_err(history_failed)?;
+            let mut tickers = std::collections::BTreeMap::new();
+            for f in &older {
+                let ticker = ticker_of(history, &mut tickers, f.market)?;
+                fills.push(json::fill_in(&ticker, f));
+            }
+            Ok(json!({ "fills": fills, "cursor": cursor(next) }))
+        })))
     })
     .await
 }
@@ -651,13 +790,36 @@ async fn trades(State(app): Shared, TickerParam(ticker): TickerParam, uri: Uri) 
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    app.public_read(move |state| {
+    app.public_read_history(move |state| {
         let page = state.query_trades(&ticker, limit, cursor_in)?;
-        let trades: Vec<Value> = page.items.iter().map(|t| json::trade(state, t)).collect();
-        ok(
-            StatusCode::OK,
-            json!({ "trades": trades, "cursor": cursor(page.cursor) }),
-        )
+        let Some(rest) = page.rest else {
+            let trades: Vec<Value> = page.items.iter().map(|t| json::trade(state, t)).collect();
+            return Ok(ReadOut::Done(ok(
+                StatusCode::OK,
+                json!({ "trades": trades, "cursor": cursor(page.cursor) }),
+            )));
+        };
+        // A settled market whose trades moved to the history store.
+        Ok(ReadOut::History(Box::new(move |history| {
+            let market = rest.from as u32;
+            let all = history
+                .trades(market)
+                .map_err(history_failed)?
+                .ok_or_else(|| {
+                    history_failed(std::io::Error::other(format!(
+                        "trades of market {market} are missing"
+                    )))
+                })?;
+            let end = cursor_in.map_or(all.len(), |c| all.partition_point(|t| t.trade_id < c));
+            let start = end.saturating_sub(rest.wanted);
+            let trades: Vec<Value> = all[start..end]
+                .iter()
+                .rev()
+                .map(|t| json::trade_in(&ticker, t))
+                .collect();
+            let next = (start > 0).then(|| all[start].trade_id);
+            Ok(json!({ "trades": trades, "cursor": cursor(next) }))
+        })))
     })
     .await
 }

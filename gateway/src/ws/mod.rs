@@ -121,7 +121,7 @@ pub fn start(settings: WsSettings) -> (Arc<Hub>, EventSink, Publisher) {
 fn published(event: &Event) -> bool {
     !matches!(
         event,
-        Event::Key(_) | Event::Account { .. } | Event::Trading { .. }
+        Event::Key(_) | Event::Account { .. } | Event::Trading { .. } | Event::Evicted(_)
     )
 }
 
@@ -137,7 +137,7 @@ fn published(event: &Event) -> bool {
 fn sink(tx: crossbeam_channel::Sender<Input>, stats: Arc<Stats>) -> EventSink {
     let lost = Arc::new(AtomicBool::new(true));
     let dead = Arc::new(AtomicBool::new(false));
-    Box::new(move |state: &State, events: &[Event]| {
+    Box::new(move |state: &State, batch: &[Event]| {
         if dead.load(Ordering::Acquire) {
             return None;
         }
@@ -145,7 +145,7 @@ fn sink(tx: crossbeam_channel::Sender<Input>, stats: Arc<Stats>) -> EventSink {
             // The state already holds this batch's events.
             Input::Picture(Picture::of(state))
         } else {
-            let events: Vec<Event> = events.iter().filter(|e| published(e)).cloned().collect();
+            let events: Vec<Event> = batch.iter().filter(|e| published(e)).cloned().collect();
             if events.is_empty() {
                 return None;
             }
@@ -154,7 +154,7 @@ fn sink(tx: crossbeam_channel::Sender<Input>, stats: Arc<Stats>) -> EventSink {
             let orders = events
                 .iter()
                 .filter_map(|e| match e {
-                    Event::Order(update) => Some(update.order(state)),
+                    Event::Order(update) => Some(update.order_in(state, batch)),
                     _ => None,
                 })
                 .collect();

@@ -701,7 +701,7 @@ impl Publisher {
                     buying_power: cash - held,
                 })
             }),
-            Event::Key(_) | Event::Account { .. } | Event::Trading { .. } => {}
+            Event::Key(_) | Event::Account { .. } | Event::Trading { .. } | Event::Evicted(_) => {}
         }
     }
 

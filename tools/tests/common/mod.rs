@@ -950,6 +950,7 @@ impl Offline {
                 practice_book_open: true,
                 account_risk_cap_cents: 10_000_000,
             },
+            history_dir: Some(data_dir.join("history")),
         };
         let ts = self.ts_ms;
         let (mut node, _) = Node::open(config, ts).expect("open a new journal");

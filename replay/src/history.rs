@@ -1,0 +1,564 @@
+//! The history store: what left the live state (`Event::Evicted`), kept on
+//! disk so that reads past the history tail still find it.
+//!
+//! It is derived data: everything in it comes from the journal, and
+//! replaying the journal from seq 1 writes it again. Files, in one folder:
+//!
+//! - `orders.dat`: one slot of [`ORDER_SLOT`] bytes per order id, at
+//!   `(id - 1) * ORDER_SLOT`: the order as it ended.
+//! - `fills.dat`: one slot of [`FILL_SLOT`] bytes per fill id: the fill and
+//!   the id of the account's fill evicted before it, so an account's fills
+//!   page newest first by following the chain.
+//! - `trades.dat`: each settled market's trades as one record, appended;
+//!   `trades.idx`: one slot of 16 bytes per market id: where its record is.
+//! - `tickers.dat`: one slot of [`TICKER_SLOT`] bytes per market id: its
+//!   ticker (written at listing), so a reader can show a stored order's or
+//!   fill's market without the live state.
+//! - `synced`: the seq through which everything evicted is on disk.
+//!
+//! A slot or record is `[length u32][CRC-32 u32][rkyv payload]`; a slot of
+//! zeros is empty. Writing is idempotent (a replay after a crash writes the
+//! same bytes at the same places), so no write is ever undone.
+//!
+//! Durability: snapshots hold only the live state, so a snapshot at seq S
+//! may be used at start only if the store holds everything evicted through
+//! S. The snapshot writer syncs the store first and raises `synced`; start
+//! picks the newest snapshot not past `synced` (older data folders without
+//! a store replay from seq 1, which fills it).
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use rkyv::rancor::Error as RkyvError;
+use rkyv::util::AlignedVec;
+use rkyv::{Archive, Deserialize, Serialize};
+use sequencer::query::Rest;
+use sequencer::retention::Evicted;
+use sequencer::state::{Fill, Order, Trade};
+use sequencer::types::MarketId;
+use sequencer::Event;
+
+/// Bytes per order slot.
+pub const ORDER_SLOT: usize = 256;
+/// Bytes per fill slot.
+pub const FILL_SLOT: usize = 160;
+/// Bytes per market ticker slot (tickers are at most 100 bytes).
+pub const TICKER_SLOT: usize = 128;
+const SLOT_HEAD: usize = 8;
+const INDEX_SLOT: usize = 16;
+/// History records a fills page looks at before it answers with a cursor
+/// and fewer items (a filter that matches rarely must not scan for ever).
+pub const SCAN_MAX: usize = 10_000;
+
+/// A fill as stored, with the account's previous evicted fill.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+struct FillRecord {
+    fill: Fill,
+    prev: u64,
+}
+
+/// The store, open for writing (one writer) and reading (any thread).
+pub struct History {
+    dir: PathBuf,
+    orders: File,
+    fills: File,
+    trades: File,
+    trades_idx: File,
+    tickers: File,
+    /// End of `trades.dat` (the writer appends there).
+    trades_end: Mutex<u64>,
+    /// Seq of the newest evictions handed to the writer.
+    sent: AtomicU64,
+    /// Seq through which every eviction is written (not necessarily synced).
+    written: Mutex<u64>,
+    written_cv: Condvar,
+    synced: AtomicU64,
+}
+
+fn slot_of(id: u64, slot: usize) -> Option<u64> {
+    id.checked_sub(1)?.checked_mul(slot as u64)
+}
+
+/// `[len][crc][payload]`, padded to `size` when given.
+fn frame(payload: &[u8], size: Option<usize>) -> io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(size.unwrap_or(SLOT_HEAD + payload.len() + 15));
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out.extend_from_slice(payload);
+    match size {
+        Some(size) if out.len() > size => {
+            return Err(io::Error::other(format!(
+                "a history record of {} bytes does not fit a {size}-byte slot",
+                out.len()
+            )))
+        }
+        Some(size) => out.resize(size, 0),
+        None => out.resize(out.len().next_multiple_of(16), 0),
+    }
+    Ok(out)
+}
+
+/// The payload of a frame, checked; `None` for an empty slot.
+fn unframe(bytes: &[u8], what: &str) -> io::Result<Option<AlignedVec>> {
+    let len = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    if len == 0 && crc == 0 {
+        return Ok(None);
+    }
+    let payload = bytes
+        .get(SLOT_HEAD..SLOT_HEAD + len)
+        .ok_or_else(|| io::Error::other(format!("history {what}: record runs past its slot")))?;
+    if crc32fast::hash(payload) != crc {
+        return Err(io::Error::other(format!(
+            "history {what}: checksum mismatch"
+        )));
+    }
+    let mut aligned = AlignedVec::with_capacity(len);
+    aligned.extend_from_slice(payload);
+    Ok(Some(aligned))
+}
+
+fn decode_err(what: &str, e: RkyvError) -> io::Error {
+    io::Error::other(format!("history {what}: {e}"))
+}
+
+/// Reads exactly `buf.len()` bytes at `at`; `false` when the file ends first.
+fn read_full(file: &File, buf: &mut [u8], at: u64) -> io::Result<bool> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], at + done as u64) {
+            Ok(0) => return Ok(false),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+impl History {
+    /// Opens (creating when missing) the store in `dir`.
+    pub fn open(dir: &Path) -> io::Result<History> {
+        fs::create_dir_all(dir)?;
+        let open = |name: &str| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(dir.join(name))
+        };
+        let trades = open("trades.dat")?;
+        let trades_end = trades.metadata()?.len().next_multiple_of(16);
+        Ok(History {
+            dir: dir.to_path_buf(),
+            orders: open("orders.dat")?,
+            fills: open("fills.dat")?,
+            trades,
+            trades_idx: open("trades.idx")?,
+            tickers: open("tickers.dat")?,
+            trades_end: Mutex::new(trades_end),
+            sent: AtomicU64::new(0),
+            written: Mutex::new(0),
+            written_cv: Condvar::new(),
+            synced: AtomicU64::new(Self::synced_through(dir)),
+        })
+    }
+
+    /// The seq through which the store in `dir` is known to be on disk
+    /// (0 when there is no store).
+    pub fn synced_through(dir: &Path) -> u64 {
+        fs::read(dir.join("synced"))
+            .ok()
+            .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)))
+            .unwrap_or(0)
+    }
+
+    /// The folder of the store.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// True for the events the store keeps.
+    pub fn keeps(event: &Event) -> bool {
+        matches!(event, Event::Evicted(_) | Event::MarketListed { .. })
+    }
+
+    /// Stores every event of `events` the store keeps.
+    pub fn store_events(&self, events: &[Event]) -> io::Result<()> {
+        for event in events {
+            match event {
+                Event::Evicted(evicted) => self.store(evicted)?,
+                Event::MarketListed { market, ticker, .. } => {
+                    self.tickers.write_all_at(
+                        &frame(ticker.as_bytes(), Some(TICKER_SLOT))?,
+                        u64::from(*market) * TICKER_SLOT as u64,
+                    )?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A market's ticker; `None` when the store does not hold it.
+    pub fn ticker(&self, market: MarketId) -> io::Result<Option<String>> {
+        let mut buf = [0u8; TICKER_SLOT];
+        if !read_full(
+            &self.tickers,
+            &mut buf,
+            u64::from(market) * TICKER_SLOT as u64,
+        )? {
+            return Ok(None);
+        }
+        Ok(unframe(&buf, "ticker")?.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// Stores one evicted record.
+    pub fn store(&self, evicted: &Evicted) -> io::Result<()> {
+        match evicted {
+            Evicted::Order(order) => {
+                let bytes =
+                    rkyv::to_bytes::<RkyvError>(order).map_err(|e| decode_err("order", e))?;
+                let at =
+                    slot_of(order.id, ORDER_SLOT).ok_or_else(|| io::Error::other("order id 0"))?;
+                self.orders
+                    .write_all_at(&frame(&bytes, Some(ORDER_SLOT))?, at)
+            }
+            Evicted::Fill { fill, prev } => {
+                let record = FillRecord {
+                    fill: *fill,
+                    prev: *prev,
+                };
+                let bytes =
+                    rkyv::to_bytes::<RkyvError>(&record).map_err(|e| decode_err("fill", e))?;
+                let at =
+                    slot_of(fill.id, FILL_SLOT).ok_or_else(|| io::Error::other("fill id 0"))?;
+                self.fills
+                    .write_all_at(&frame(&bytes, Some(FILL_SLOT))?, at)
+            }
+            Evicted::Trades { market, trades } => {
+                let bytes =
+                    rkyv::to_bytes::<RkyvError>(trades).map_err(|e| decode_err("trades", e))?;
+                let record = frame(&bytes, None)?;
+                let mut end = self.trades_end.lock().expect("trades end");
+                let at = *end;
+                self.trades.write_all_at(&record, at)?;
+                *end += record.len() as u64;
+                let mut slot = [0u8; INDEX_SLOT];
+                slot[0..8].copy_from_slice(&(at + 1).to_le_bytes());
+                slot[8..16].copy_from_slice(&(record.len() as u64).to_le_bytes());
+                self.trades_idx
+                    .write_all_at(&slot, u64::from(*market) * INDEX_SLOT as u64)
+            }
+        }
+    }
+
+    /// Records that the evictions of `seq` were handed to the writer.
+    pub fn mark_sent(&self, seq: u64) {
+        self.sent.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// Seq of the newest evictions handed to the writer: a reader that
+    /// waits until this is written sees everything evicted before its read.
+    pub fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Acquire)
+    }
+
+    /// Records that everything evicted through `seq` is written.
+    pub fn mark_written(&self, seq: u64) {
+        let mut written = self.written.lock().expect("written");
+        if seq > *written {
+            *written = seq;
+            self.written_cv.notify_all();
+        }
+    }
+
+    /// Waits until everything evicted through `seq` is written; `false`
+    /// when `timeout` passed first.
+    pub fn wait_written(&self, seq: u64, timeout: Duration) -> bool {
+        let written = self.written.lock().expect("written");
+        let (written, _) = self
+            .written_cv
+            .wait_timeout_while(written, timeout, |w| *w < seq)
+            .expect("written");
+        *written >= seq
+    }
+
+    /// Makes everything written durable and records `seq` as synced.
+    pub fn sync(&self, seq: u64) -> io::Result<()> {
+        for file in [
+            &self.orders,
+            &self.fills,
+            &self.trades,
+            &self.trades_idx,
+            &self.tickers,
+        ] {
+            file.sync_data()?;
+        }
+        if seq > self.synced.load(Ordering::Acquire) {
+            let temporary = self.dir.join("synced.tmp");
+            fs::write(&temporary, seq.to_le_bytes())?;
+            File::open(&temporary)?.sync_all()?;
+            fs::rename(&temporary, self.dir.join("synced"))?;
+            File::open(&self.dir)?.sync_all()?;
+            self.synced.store(seq, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// An evicted order; `None` when the store does not hold it.
+    pub fn order(&self, id: u64) -> io::Result<Option<Order>> {
+        let Some(at) = slot_of(id, ORDER_SLOT) else {
+            return Ok(None);
+        };
+        let mut buf = [0u8; ORDER_SLOT];
+        if !read_full(&self.orders, &mut buf, at)? {
+            return Ok(None);
+        }
+        match unframe(&buf, "order")? {
+            None => Ok(None),
+            Some(bytes) => rkyv::from_bytes::<Order, RkyvError>(&bytes)
+                .map(Some)
+                .map_err(|e| decode_err("order", e)),
+        }
+    }
+
+    /// An evicted fill and the account's fill evicted before it.
+    pub fn fill(&self, id: u64) -> io::Result<Option<(Fill, u64)>> {
+        let Some(at) = slot_of(id, FILL_SLOT) else {
+            return Ok(None);
+        };
+        let mut buf = [0u8; FILL_SLOT];
+        if !read_full(&self.fills, &mut buf, at)? {
+            return Ok(None);
+        }
+        match unframe(&buf, "fill")? {
+            None => Ok(None),
+            Some(bytes) => rkyv::from_bytes::<FillRecord, RkyvError>(&bytes)
+                .map(|r| Some((r.fill, r.prev)))
+                .map_err(|e| decode_err("fill", e)),
+        }
+    }
+
+    /// The rest of an account's fills page: from the chain head in `rest`,
+    /// older than `cursor`, of `rest.market` when set. Returns the fills
+    /// and the next page's cursor (`None` at the end of the history).
+    pub fn fills_page(
+        &self,
+        rest: &Rest,
+        cursor: Option<u64>,
+    ) -> io::Result<(Vec<Fill>, Option<u64>)> {
+        let mut items = Vec::new();
+        let mut id = rest.from;
+        let mut scanned = 0;
+        while id != 0 {
+            if scanned == SCAN_MAX {
+                // Answer what was found; the cursor resumes the scan.
+                return Ok((items, Some(id + 1)));
+            }
+            scanned += 1;
+            let Some((fill, prev)) = self.fill(id)? else {
+                return Err(io::Error::other(format!(
+                    "history fill {id} is missing (rebuild the store: docs/history-store.md)"
+                )));
+            };
+            if cursor.is_none_or(|c| id < c) && rest.market.is_none_or(|m| fill.market == m) {
+                if items.len() == rest.wanted {
+                    let last = items.last().map(|f: &Fill| f.id);
+                    return Ok((items, last));
+                }
+                items.push(fill);
+            }
+            id = prev;
+        }
+        Ok((items, None))
+    }
+
+    /// A settled market's trades, oldest first; `None` when not stored.
+    pub fn trades(&self, market: MarketId) -> io::Result<Option<Vec<Trade>>> {
+        let mut slot = [0u8; INDEX_SLOT];
+        if !read_full(
+            &self.trades_idx,
+            &mut slot,
+            u64::from(market) * INDEX_SLOT as u64,
+        )? {
+            return Ok(None);
+        }
+        let at = u64::from_le_bytes(slot[0..8].try_into().expect("8 bytes"));
+        let len = u64::from_le_bytes(slot[8..16].try_into().expect("8 bytes"));
+        if at == 0 {
+            return Ok(None);
+        }
+        let len = usize::try_from(len).map_err(io::Error::other)?;
+        let mut buf = vec![0u8; len];
+        if len < SLOT_HEAD || !read_full(&self.trades, &mut buf, at - 1)? {
+            return Err(io::Error::other(format!(
+                "history trades of market {market}: record cut short"
+            )));
+        }
+        match unframe(&buf, "trades")? {
+            None => Ok(None),
+            Some(bytes) => rkyv::from_bytes::<Vec<Trade>, RkyvError>(&bytes)
+                .map(Some)
+                .map_err(|e| decode_err("trades", e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sequencer::types::{Action, ClientOrderId, OrderStatus, Outcome, TimeInForce};
+
+    fn order(id: u64) -> Order {
+        Order {
+            id,
+            account: 3,
+            key: 1,
+            market: 2,
+            outcome: Outcome::Up,
+            action: Action::Buy,
+            price: 55,
+            time_in_force: TimeInForce::GoodTillCanceled,
+            post_only: false,
+            status: OrderStatus::Canceled,
+            count: 10_000,
+            filled: 7,
+            fill_cost: 385,
+            fees: 12,
+            created_ts_ms: u64::MAX - 1,
+            updated_ts_ms: u64::MAX,
+            client_order_id: ClientOrderId::new(&"x".repeat(64)).expect("64 chars"),
+            hold: i64::MAX,
+            max_fee_per_contract: i64::MAX,
+            node: u32::MAX,
+        }
+    }
+
+    fn fill(id: u64, account: u32, market: u32) -> Fill {
+        Fill {
+            id,
+            order: id * 10,
+            account,
+            market,
+            outcome: Outcome::Down,
+            action: Action::Sell,
+            price: 40,
+            count: 3,
+            cost: 120,
+            fee: 1,
+            is_taker: true,
+            trade_id: id,
+            ts_ms: 1_000 + id,
+        }
+    }
+
+    #[test]
+    fn records_come_back_as_stored_and_slots_hold_the_largest() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        assert_eq!(history.order(5).expect("read"), None);
+        history.store(&Evicted::Order(order(5))).expect("store");
+        history.store(&Evicted::Order(order(2))).expect("store");
+        assert_eq!(history.order(5).expect("read"), Some(order(5)));
+        assert_eq!(history.order(2).expect("read"), Some(order(2)));
+        assert_eq!(history.order(3).expect("read"), None);
+        assert_eq!(history.order(0).expect("read"), None);
+        // Fills of account 1 chain 1 <- 4 <- 6; account 2 has 5.
+        for (id, account, market, prev) in [(1, 1, 7, 0), (4, 1, 8, 1), (5, 2, 7, 0), (6, 1, 7, 4)]
+        {
+            history
+                .store(&Evicted::Fill {
+                    fill: fill(id, account, market),
+                    prev,
+                })
+                .expect("store");
+        }
+        let rest = |wanted, market| Rest {
+            from: 6,
+            wanted,
+            market,
+        };
+        let ids = |page: (Vec<Fill>, Option<u64>)| {
+            (page.0.iter().map(|f| f.id).collect::<Vec<_>>(), page.1)
+        };
+        assert_eq!(
+            ids(history.fills_page(&rest(10, None), None).expect("page")),
+            (vec![6, 4, 1], None)
+        );
+        assert_eq!(
+            ids(history.fills_page(&rest(2, None), None).expect("page")),
+            (vec![6, 4], Some(4))
+        );
+        assert_eq!(
+            ids(history.fills_page(&rest(2, None), Some(4)).expect("page")),
+            (vec![1], None)
+        );
+        assert_eq!(
+            ids(history.fills_page(&rest(10, Some(7)), None).expect("page")),
+            (vec![6, 1], None)
+        );
+        let trades = vec![Trade {
+            trade_id: 9,
+            market: 4,
+            up_price: 61,
+            count: 2,
+            taker_outcome: Outcome::Up,
+            taker_action: Action::Buy,
+            ts_ms: 77,
+        }];
+        history
+            .store(&Evicted::Trades {
+                market: 4,
+                trades: trades.clone(),
+            })
+            .expect("store");
+        history
+            .store(&Evicted::Trades {
+                market: 1,
+                trades: Vec::new(),
+            })
+            .expect("store");
+        assert_eq!(history.trades(4).expect("read"), Some(trades.clone()));
+        assert_eq!(history.trades(1).expect("read"), Some(Vec::new()));
+        assert_eq!(history.trades(2).expect("read"), None);
+        history
+            .store_events(&[Event::MarketListed {
+                market: 4,
+                ticker: "btc-15m-26nov22-0215".into(),
+                series: "btc-15m".into(),
+            }])
+            .expect("store");
+        assert_eq!(
+            history.ticker(4).expect("read").as_deref(),
+            Some("btc-15m-26nov22-0215")
+        );
+        assert_eq!(history.ticker(3).expect("read"), None);
+        // Reopened, the store reads the same and appends after its end.
+        history.sync(42).expect("sync");
+        drop(history);
+        assert_eq!(History::synced_through(dir.path()), 42);
+        let history = History::open(dir.path()).expect("reopen");
+        assert_eq!(history.order(5).expect("read"), Some(order(5)));
+        assert_eq!(history.trades(4).expect("read"), Some(trades));
+    }
+
+    #[test]
+    fn a_damaged_slot_is_an_error_not_a_wrong_record() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        history.store(&Evicted::Order(order(1))).expect("store");
+        let file = OpenOptions::new()
+            .write(true)
+            .open(dir.path().join("orders.dat"))
+            .expect("open");
+        file.write_all_at(&[0xff], 40).expect("flip");
+        assert!(history.order(1).is_err());
+    }
+}

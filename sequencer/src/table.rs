@@ -1,0 +1,251 @@
+//! A table of records with dense, rising ids whose oldest records leave
+//! the live state (they move to the history store, outside the sequencer).
+//!
+//! Records live in a deque: the record with id `front_id` first. Eviction
+//! takes records off the front. A record at the front that may not leave
+//! yet because it is still live (an order still resting, a market not yet
+//! settled) is moved aside into `kept`, so that it does not hold back the
+//! records behind it; it leaves from there once it may.
+//!
+//! Lookups by id are O(1) in the deque and O(log k) in `kept`, which holds
+//! only the few long-lived records. Iteration order is id order, never a
+//! hash order.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+/// Records with ids `FIRST, FIRST + 1, ...`; see the module comment.
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Table<T, const FIRST: u64> {
+    /// Id of `items[0]` (the next id when empty).
+    front_id: u64,
+    items: VecDeque<T>,
+    /// Records older than `front_id` still in the live state.
+    kept: BTreeMap<u64, T>,
+}
+
+impl<T, const FIRST: u64> Default for Table<T, FIRST> {
+    fn default() -> Self {
+        Self {
+            front_id: FIRST,
+            items: VecDeque::new(),
+            kept: BTreeMap::new(),
+        }
+    }
+}
+
+/// What eviction decides for the record at the front.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// It leaves the live state now.
+    Evict,
+    /// It is still live: set it aside and look at the next one.
+    Keep,
+    /// It is too recent to leave: stop here (later records are newer).
+    Stop,
+}
+
+impl<T, const FIRST: u64> Table<T, FIRST> {
+    /// The id the next pushed record gets.
+    pub fn next_id(&self) -> u64 {
+        self.front_id + self.items.len() as u64
+    }
+
+    /// Records ever pushed.
+    pub fn total(&self) -> u64 {
+        self.next_id() - FIRST
+    }
+
+    /// Records in the live state.
+    pub fn len(&self) -> usize {
+        self.items.len() + self.kept.len()
+    }
+
+    /// True when no record is in the live state.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Ids below this one have left the deque (some may be in `kept`).
+    pub fn front_id(&self) -> u64 {
+        self.front_id
+    }
+
+    /// Appends a record; returns its id.
+    pub fn push(&mut self, item: T) -> u64 {
+        let id = self.next_id();
+        self.items.push_back(item);
+        id
+    }
+
+    /// The record with this id, if it is in the live state.
+    #[inline]
+    pub fn get(&self, id: u64) -> Option<&T> {
+        if id >= self.front_id {
+            self.items.get(usize::try_from(id - self.front_id).ok()?)
+        } else {
+            self.kept.get(&id)
+        }
+    }
+
+    /// The record with this id, if it is in the live state.
+    #[inline]
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        if id >= self.front_id {
+            self.items
+                .get_mut(usize::try_from(id - self.front_id).ok()?)
+        } else {
+            self.kept.get_mut(&id)
+        }
+    }
+
+    /// True when the record left the live state (it is in the history).
+    pub fn evicted(&self, id: u64) -> bool {
+        id >= FIRST && id < self.front_id && !self.kept.contains_key(&id)
+    }
+
+    /// The live records, in id order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> {
+        self.kept.values().chain(self.items.iter())
+    }
+
+    /// The live records with their ids, in id order.
+    pub fn iter_ids(&self) -> impl DoubleEndedIterator<Item = (u64, &T)> {
+        let front = self.front_id;
+        self.kept.iter().map(|(&id, t)| (id, t)).chain(
+            self.items
+                .iter()
+                .enumerate()
+                .map(move |(i, t)| (front + i as u64, t)),
+        )
+    }
+
+    /// Takes the deque's records out, leaving the ids and the kept records
+    /// (snapshots encode the records in sections of their own).
+    pub fn take_items(&mut self) -> VecDeque<T> {
+        std::mem::take(&mut self.items)
+    }
+
+    /// Puts records taken by `take_items` back, or appends decoded ones.
+    pub fn extend_items(&mut self, items: impl IntoIterator<Item = T>) {
+        self.items.extend(items);
+    }
+
+    /// True when the deque holds no record (kept ones aside).
+    pub fn items_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Takes records off the front while `fate` says so, then any kept
+    /// record `fate` now lets go; `out` receives each evicted record with
+    /// its id, in the order they left.
+    pub fn evict(&mut self, mut fate: impl FnMut(&T) -> Fate, mut out: impl FnMut(u64, T)) {
+        let leaving: Vec<u64> = self
+            .kept
+            .iter()
+            .filter(|(_, t)| fate(t) == Fate::Evict)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in leaving {
+            if let Some(t) = self.kept.remove(&id) {
+                out(id, t);
+            }
+        }
+        while let Some(front) = self.items.front() {
+            let verdict = fate(front);
+            if verdict == Fate::Stop {
+                break;
+            }
+            let id = self.front_id;
+            let item = self.items.pop_front().expect("front exists");
+            self.front_id += 1;
+            match verdict {
+                Fate::Evict => out(id, item),
+                _ => {
+                    self.kept.insert(id, item);
+                }
+            }
+        }
+    }
+}
+
+impl<T, const FIRST: u64> FromIterator<T> for Table<T, FIRST> {
+    /// A table whose records get ids `FIRST, FIRST + 1, ...`.
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        let mut table = Self::default();
+        table.extend_items(iter);
+        table
+    }
+}
+
+impl<T, const FIRST: u64> std::ops::Index<u64> for Table<T, FIRST> {
+    type Output = T;
+    /// Panics when the record is not live: for ids the state itself holds
+    /// (a resting order, a market on the book), never for user input.
+    #[inline]
+    fn index(&self, id: u64) -> &T {
+        self.get(id).expect("a live record")
+    }
+}
+
+impl<T, const FIRST: u64> std::ops::IndexMut<u64> for Table<T, FIRST> {
+    #[inline]
+    fn index_mut(&mut self, id: u64) -> &mut T {
+        self.get_mut(id).expect("a live record")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_survive_eviction_and_kept_records_stay_reachable() {
+        let mut t: Table<(u32, bool), 1> = Table::default();
+        for i in 0..10u32 {
+            // (value, still live?)
+            assert_eq!(t.push((i, i == 2)), u64::from(i) + 1);
+        }
+        let mut out = Vec::new();
+        t.evict(
+            |&(v, live)| {
+                if live {
+                    Fate::Keep
+                } else if v < 5 {
+                    Fate::Evict
+                } else {
+                    Fate::Stop
+                }
+            },
+            |id, (v, _)| out.push((id, v)),
+        );
+        assert_eq!(out, vec![(1, 0), (2, 1), (4, 3), (5, 4)]);
+        assert_eq!(t.front_id(), 6);
+        assert_eq!(t.get(3), Some(&(2, true)));
+        assert!(t.evicted(4) && !t.evicted(3) && !t.evicted(6) && !t.evicted(0));
+        assert_eq!(t.get(4), None);
+        assert_eq!(t[7].0, 6);
+        assert_eq!(t.next_id(), 11);
+        assert_eq!(t.len(), 6);
+        let ids: Vec<u64> = t.iter_ids().map(|(id, _)| id).collect();
+        assert_eq!(ids, vec![3, 6, 7, 8, 9, 10]);
+        // The kept record ends; it leaves on the next pass.
+        t.get_mut(3).expect("kept").1 = false;
+        out.clear();
+        t.evict(|_| Fate::Stop, |id, (v, _)| out.push((id, v)));
+        assert!(out.is_empty());
+        t.evict(
+            |&(v, live)| {
+                if !live && v == 2 {
+                    Fate::Evict
+                } else {
+                    Fate::Stop
+                }
+            },
+            |id, (v, _)| out.push((id, v)),
+        );
+        assert_eq!(out, vec![(3, 2)]);
+        assert_eq!(t.get(3), None);
+    }
+}
