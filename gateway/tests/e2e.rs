@@ -2290,7 +2290,11 @@ fn orders_and_fills_past_the_history_tail_come_from_the_history_store() {
     std::thread::sleep(Duration::from_millis(1_300));
     v.push_price("100.00");
     let listed = ids(&v.orders(a.key(), ""), "order_id");
-    assert_eq!(listed, vec![id_of(&resting)], "only the live order is listed");
+    assert_eq!(
+        listed,
+        vec![id_of(&resting)],
+        "only the live order is listed"
+    );
 
     let check = |v: &Venue| {
         for (maker, was) in makers.iter().zip(&before) {
@@ -2300,7 +2304,10 @@ fn orders_and_fills_past_the_history_tail_come_from_the_history_store() {
                 .err(404, "ORDER_NOT_FOUND");
         }
         let (all, cursor) = fills(v, a.key(), "?limit=10");
-        assert_eq!((all.as_slice(), cursor.as_str()), (fills_before.as_slice(), ""));
+        assert_eq!(
+            (all.as_slice(), cursor.as_str()),
+            (fills_before.as_slice(), "")
+        );
         let (first, cursor) = fills(v, a.key(), "?limit=2");
         assert_eq!(first.as_slice(), &fills_before[..2]);
         let (second, end) = fills(v, a.key(), &format!("?limit=2&cursor={cursor}"));

@@ -82,6 +82,9 @@ pub struct SimConfig {
     /// Accounts, keys and markets get limits far above what is traded, so
     /// that only the book (and buying power of sells) refuses orders.
     pub generous: bool,
+    /// A history tail to set at the start (`None`: the default 24 hours,
+    /// which a run never reaches), so that eviction runs under the checks.
+    pub history_tail_ms: Option<u64>,
 }
 
 impl Default for SimConfig {
@@ -95,6 +98,7 @@ impl Default for SimConfig {
             retry_ratio: 0.03,
             sell_ratio: 0.35,
             generous: false,
+            history_tail_ms: None,
         }
     }
 }
@@ -112,6 +116,7 @@ impl SimConfig {
             retry_ratio: 0.02,
             sell_ratio: 0.35,
             generous: true,
+            history_tail_ms: None,
         }
     }
 }
@@ -230,6 +235,9 @@ impl Sim {
             practice_book_open: true,
             account_risk_cap_cents: cap,
         }));
+        if let Some(tail_ms) = self.config.history_tail_ms {
+            self.queue.push_back(Command::SetRetention { tail_ms });
+        }
         // With chaos the last series is created later, mid-run.
         let initial = if self.config.chaos_ratio > 0.0 && self.series.len() > 1 {
             self.series.len() - 1

@@ -277,9 +277,11 @@ fn summary_json(outcome: &ReplayOutcome, journal: &Path, secs: f64) -> Value {
             "closed": count_status(MarketStatus::Closed),
             "settled": count_status(MarketStatus::Settled),
         },
-        "orders": s.orders.len(),
+        "orders": s.orders.total(),
+        "orders_in_memory": s.orders.len(),
         "resting_orders": resting,
-        "fills": s.fills.len(),
+        "fills": s.fills.total(),
+        "fills_in_memory": s.fills.len(),
         "trades": s.trades_total,
         "money": {
             "cash": dollars(cash),
@@ -338,8 +340,13 @@ fn summary_text(v: &Value, state: &State) -> String {
         v["series"], v["markets"], by["scheduled"], by["open"], by["closed"], by["settled"]
     ));
     t.push_str(&format!(
-        "  orders {} ({} resting), fills {}, trades {}\n",
-        v["orders"], v["resting_orders"], v["fills"], v["trades"]
+        "  orders {} ({} in memory, {} resting), fills {} ({} in memory), trades {}\n",
+        v["orders"],
+        v["orders_in_memory"],
+        v["resting_orders"],
+        v["fills"],
+        v["fills_in_memory"],
+        v["trades"]
     ));
     let m = &v["money"];
     let s = |k: &str| m[k].as_str().unwrap_or("").to_string();
@@ -364,7 +371,9 @@ fn summary_text(v: &Value, state: &State) -> String {
 }
 
 /// An account as of the state: the REST records of balance, positions,
-/// orders and fills (all of them, newest first), plus its flags.
+/// orders and fills (those in the live state: the history tail, 24 hours
+/// by default; older ones are in the server's history store), newest
+/// first, plus its flags.
 pub fn account_export(state: &State, id: u32) -> Result<Value> {
     let account = state
         .account(id)
@@ -430,8 +439,9 @@ pub fn account_export(state: &State, id: u32) -> Result<Value> {
     }))
 }
 
-/// A market as of the state: its REST record, book and every trade
-/// (newest first), and its resting orders with their accounts.
+/// A market as of the state: its REST record, book and trades (newest
+/// first; none once a settled market's trades left for the history store),
+/// and its resting orders with their accounts.
 pub fn market_export(state: &State, ticker: &str) -> Result<Value> {
     let market = state
         .market_by_ticker(ticker)
