@@ -118,11 +118,11 @@ impl Side {
 }
 
 /// A market's book.
-#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Book {
-    /// Up then Down; `None` until the first order rests and again once a
-    /// settled market's book is released (two sides are about 5 KB).
-    sides: Option<Box<[Side; 2]>>,
+    /// Up then Down; empty (no allocation) once a settled market's book is
+    /// released (two sides are about 5 KB).
+    sides: Box<[Side]>,
     nodes: Vec<Node>,
     free: Vec<u32>,
     resting: u32,
@@ -301,6 +301,18 @@ impl std::hash::Hash for ChecksumCache {
     fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
+impl Default for Book {
+    fn default() -> Self {
+        Self {
+            sides: Box::new([Side::default(), Side::default()]),
+            nodes: Vec::new(),
+            free: Vec::new(),
+            resting: 0,
+            cache: ChecksumCache::default(),
+        }
+    }
+}
+
 /// The side of a book that has none allocated.
 static EMPTY_SIDE: Side = Side {
     levels: [EMPTY_LEVEL; LEVELS],
@@ -311,9 +323,7 @@ impl Book {
     /// The bid side of an outcome.
     #[inline]
     pub fn side(&self, outcome: Outcome) -> &Side {
-        self.sides
-            .as_deref()
-            .map_or(&EMPTY_SIDE, |s| &s[outcome.index()])
+        self.sides.get(outcome.index()).unwrap_or(&EMPTY_SIDE)
     }
 
     /// Frees an empty book's memory for good (a settled market's): reads
@@ -321,7 +331,7 @@ impl Book {
     pub fn release(&mut self) {
         debug_assert_eq!(self.resting, 0, "only an empty book is released");
         if self.resting == 0 {
-            self.sides = None;
+            self.sides = Box::new([]);
             self.nodes = Vec::new();
             self.free = Vec::new();
             self.cache.texts = None;
@@ -376,7 +386,7 @@ impl Book {
                 u32::try_from(self.nodes.len() - 1).expect("fewer than 2^32 nodes")
             }
         };
-        let side = &mut self.sides.get_or_insert_with(Box::default)[outcome.index()];
+        let side = &mut self.sides[outcome.index()];
         let level = &mut side.levels[usize::from(price)];
         let tail = level.tail;
         level.tail = index;
@@ -401,8 +411,7 @@ impl Book {
         assert!(count <= node.remaining, "cannot take more than rests");
         node.remaining -= count;
         let left = node.remaining;
-        let level = &mut self.sides.get_or_insert_with(Box::default)[outcome.index()].levels
-            [usize::from(price)];
+        let level = &mut self.sides[outcome.index()].levels[usize::from(price)];
         level.total -= u64::from(count);
         self.cache.touch(outcome, price, level.total);
         if left == 0 {
@@ -420,7 +429,7 @@ impl Book {
 
     fn unlink(&mut self, outcome: Outcome, price: PriceCents, index: u32) {
         let Node { prev, next, .. } = self.nodes[index as usize];
-        let side = &mut self.sides.get_or_insert_with(Box::default)[outcome.index()];
+        let side = &mut self.sides[outcome.index()];
         let level = &mut side.levels[usize::from(price)];
         if prev == NIL {
             level.head = next;
@@ -458,7 +467,7 @@ impl Book {
         }
         let [up, down] = &mut texts.sides;
         if !up.valid {
-            up.rewrite(self.sides.as_deref().map_or(&EMPTY_SIDE, |s| &s[0]));
+            up.rewrite(self.sides.first().unwrap_or(&EMPTY_SIDE));
             up.bytes[up.len..up.len + 6].copy_from_slice(b"|down:");
             up.len += 6;
             texts.up_hashed = false;
@@ -469,7 +478,7 @@ impl Book {
             texts.after_up.update(&up.bytes[..up.len]);
         }
         if !down.valid {
-            down.rewrite(self.sides.as_deref().map_or(&EMPTY_SIDE, |s| &s[1]));
+            down.rewrite(self.sides.get(1).unwrap_or(&EMPTY_SIDE));
         }
         let mut hasher = texts.after_up.clone();
         hasher.update(&down.bytes[..down.len]);
