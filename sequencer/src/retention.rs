@@ -63,7 +63,14 @@ impl State {
         self.orders.evict(
             |o| {
                 if o.is_resting() {
-                    Fate::Keep
+                    // Old and still resting: set aside, so that it does not
+                    // hold back the ended orders behind it. A young one
+                    // stops the run (ids rise with creation time).
+                    if o.created_ts_ms < cutoff {
+                        Fate::Keep
+                    } else {
+                        Fate::Stop
+                    }
                 } else if o.updated_ts_ms < cutoff {
                     Fate::Evict
                 } else {

@@ -23,7 +23,13 @@ pub struct Table<T, const FIRST: u64> {
     items: VecDeque<T>,
     /// Records older than `front_id` still in the live state.
     kept: BTreeMap<u64, T>,
+    /// Where the next look at `kept` starts (it is looked at a slice at a
+    /// time, so that a large `kept` never stalls an eviction run).
+    kept_cursor: u64,
 }
+
+/// Kept records looked at per eviction run.
+const KEPT_PER_RUN: usize = 1024;
 
 impl<T, const FIRST: u64> Default for Table<T, FIRST> {
     fn default() -> Self {
@@ -31,6 +37,7 @@ impl<T, const FIRST: u64> Default for Table<T, FIRST> {
             front_id: FIRST,
             items: VecDeque::new(),
             kept: BTreeMap::new(),
+            kept_cursor: 0,
         }
     }
 }
@@ -65,6 +72,11 @@ impl<T, const FIRST: u64> Table<T, FIRST> {
     /// True when no record is in the live state.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Records set aside: older than the deque's front, still live.
+    pub fn kept_len(&self) -> usize {
+        self.kept.len()
     }
 
     /// Ids below this one have left the deque (some may be in `kept`).
@@ -137,16 +149,26 @@ impl<T, const FIRST: u64> Table<T, FIRST> {
         self.items.is_empty()
     }
 
-    /// Takes records off the front while `fate` says so, then any kept
-    /// record `fate` now lets go; `out` receives each evicted record with
-    /// its id, in the order they left.
+    /// Lets go the kept records `fate` now says may leave, looking at up to
+    /// `KEPT_PER_RUN` of them from where the last run stopped, then takes
+    /// records off the front while `fate` says so. `fate` must say `Keep`
+    /// only for records old enough to leave but still live, and `Stop` for
+    /// records too recent, so that a young record is never set aside.
+    /// `out` receives each evicted record with its id, in the order they
+    /// left.
     pub fn evict(&mut self, mut fate: impl FnMut(&T) -> Fate, mut out: impl FnMut(u64, T)) {
-        let leaving: Vec<u64> = self
-            .kept
-            .iter()
-            .filter(|(_, t)| fate(t) == Fate::Evict)
-            .map(|(&id, _)| id)
-            .collect();
+        let mut leaving = Vec::new();
+        let mut next_cursor = 0;
+        for (looked, (&id, t)) in self.kept.range(self.kept_cursor..).enumerate() {
+            if looked == KEPT_PER_RUN {
+                next_cursor = id;
+                break;
+            }
+            if fate(t) == Fate::Evict {
+                leaving.push(id);
+            }
+        }
+        self.kept_cursor = next_cursor;
         for id in leaving {
             if let Some(t) = self.kept.remove(&id) {
                 out(id, t);
@@ -247,5 +269,42 @@ mod tests {
         );
         assert_eq!(out, vec![(3, 2)]);
         assert_eq!(t.get(3), None);
+    }
+
+    /// A large set of kept records is looked at a slice per run, from where
+    /// the last run stopped, wrapping around: every one is seen within a
+    /// bounded number of runs, and none is seen twice in one run.
+    #[test]
+    fn kept_records_are_looked_at_a_slice_per_run() {
+        let mut t: Table<(u64, bool), 1> = Table::default();
+        let n = 3 * KEPT_PER_RUN as u64 + 10;
+        for i in 0..n {
+            t.push((i, true));
+        }
+        t.push((n, false));
+        // Everything old and live: all set aside; the last one is young.
+        t.evict(
+            |&(_, live)| if live { Fate::Keep } else { Fate::Stop },
+            |_, _| {},
+        );
+        assert_eq!(t.kept_len() as u64, n);
+        // All of them end; each run lets at most a slice go.
+        let mut gone = Vec::new();
+        let mut runs = 0;
+        while t.kept_len() > 0 {
+            let before = gone.len();
+            t.evict(|_| Fate::Evict, |id, _| gone.push(id));
+            // A slice of the kept ones, and the deque's front when it may go.
+            let kept_gone = gone[before..].iter().filter(|&&id| id <= n).count();
+            assert!(kept_gone <= KEPT_PER_RUN);
+            runs += 1;
+            assert!(runs <= 4, "every kept record is seen within four runs");
+        }
+        // The young record at the front left too, once allowed.
+        assert_eq!(gone.len() as u64, n + 1);
+        let mut sorted = gone.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), gone.len(), "no record leaves twice");
     }
 }

@@ -56,10 +56,12 @@ fn ended_orders_and_fills_leave_after_the_tail_and_resting_ones_stay() {
         .collect();
     assert_eq!(fill_ids.len(), 1);
 
-    // Inside the tail nothing leaves.
+    // Inside the tail nothing leaves, and no young resting order is set
+    // aside (lookups of live orders stay in the deque).
     v.advance(TAIL_MS - 1);
     assert!(evicted(&v.events).is_empty());
     assert_eq!(v.state.orders.len(), 3);
+    assert_eq!(v.state.orders.kept_len(), 0);
 
     // Past it the ended orders and the fills leave; the resting one stays.
     v.now += 200;
@@ -169,6 +171,7 @@ fn a_long_resting_order_does_not_hold_back_the_ones_after_it() {
     }
     v.advance(TAIL_MS + 200);
     assert_eq!(v.state.orders.len(), 1, "only the resting order is live");
+    assert_eq!(v.state.orders.kept_len(), 1, "set aside, old and resting");
     assert!(v.state.order(first.id).is_some());
     assert!(ended.iter().all(|&id| v.state.order(id).is_none()));
     // It ends, and leaves one tail later.
