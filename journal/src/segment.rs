@@ -179,12 +179,130 @@ pub(crate) fn create_segment(
     Ok(file)
 }
 
+/// A segment built ahead of its roll, on another thread: created under its
+/// temporary name, preallocated, synced and mapped (pages populated), with
+/// no header yet: [`Prepared::finish`] writes the header, makes it durable
+/// and renames the file into place at the roll.
+pub(crate) struct Prepared {
+    pub index: u64,
+    temp: PathBuf,
+    file: File,
+    map: memmap2::MmapMut,
+}
+
+/// Builds segment `index` of `segment_bytes` under its temporary name (see
+/// [`Prepared`]). On failure the temporary file is removed.
+pub(crate) fn prepare_segment(
+    dir: &Path,
+    index: u64,
+    segment_bytes: u64,
+) -> Result<Prepared, JournalError> {
+    let temp = dir.join(format!("{index:020}{TEMP_EXT}"));
+    let built = build_body(&temp, segment_bytes).and_then(|file| {
+        // SAFETY: `build_body` preallocated the whole file and synced it; it
+        // is never shrunk, so every mapped byte is backed. Nothing else maps
+        // it until it is renamed into place by the only writer.
+        let map = unsafe { memmap2::MmapOptions::new().populate().map_mut(&file) }
+            .map_err(|e| JournalError::io(format!("mapping new segment {}", temp.display()), e))?;
+        Ok((file, map))
+    });
+    match built {
+        Ok((file, map)) => Ok(Prepared {
+            index,
+            temp,
+            file,
+            map,
+        }),
+        Err(e) => {
+            let _ = fs::remove_file(&temp);
+            Err(e)
+        }
+    }
+}
+
+impl Prepared {
+    /// Writes the header (first seq known now), makes it durable, renames
+    /// the file into place and makes the name durable: the same state as
+    /// [`create_segment`] leaves, with only one page left to sync here.
+    pub(crate) fn finish(
+        mut self,
+        dir: &Path,
+        first_seq: u64,
+        segment_bytes: u64,
+    ) -> Result<(File, memmap2::MmapMut), JournalError> {
+        let final_path = segment_path(dir, self.index);
+        let header = SegmentHeader {
+            index: self.index,
+            first_seq,
+            segment_bytes,
+        }
+        .encode();
+        self.map[..SEGMENT_HEADER_LEN].copy_from_slice(&header);
+        let done = self
+            .map
+            .flush_range(0, SEGMENT_HEADER_LEN)
+            .map_err(|e| {
+                JournalError::io(
+                    format!("writing header of new segment {}", self.temp.display()),
+                    e,
+                )
+            })
+            .and_then(|()| {
+                fs::rename(&self.temp, &final_path).map_err(|e| {
+                    JournalError::io(
+                        format!(
+                            "renaming {} to {}",
+                            self.temp.display(),
+                            final_path.display()
+                        ),
+                        e,
+                    )
+                })
+            })
+            .and_then(|()| sync_dir(dir));
+        match done {
+            Ok(()) => Ok((self.file, self.map)),
+            Err(e) => {
+                let _ = fs::remove_file(&self.temp);
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives up a prepared segment that will not be used.
+    pub(crate) fn discard(self) {
+        drop(self.map);
+        let _ = fs::remove_file(&self.temp);
+    }
+}
+
 fn build_segment(
     path: &Path,
     index: u64,
     first_seq: u64,
     segment_bytes: u64,
 ) -> Result<File, JournalError> {
+    let file = build_body(path, segment_bytes)?;
+    let header = SegmentHeader {
+        index,
+        first_seq,
+        segment_bytes,
+    }
+    .encode();
+    file.write_all_at(&header, 0).map_err(|e| {
+        JournalError::io(
+            format!("writing header of new segment {}", path.display()),
+            e,
+        )
+    })?;
+    file.sync_all()
+        .map_err(|e| JournalError::io(format!("syncing new segment {}", path.display()), e))?;
+    Ok(file)
+}
+
+/// A new file of `segment_bytes` with every block allocated, synced; zeros
+/// where the header goes.
+fn build_body(path: &Path, segment_bytes: u64) -> Result<File, JournalError> {
     let ctx = |what: &str| format!("{what} new segment {}", path.display());
     let wrap = |what: &str, e: io::Error| {
         if is_no_space(&e) {
@@ -204,14 +322,8 @@ fn build_segment(
         .open(path)
         .map_err(|e| wrap("creating", e))?;
     file.set_len(segment_bytes).map_err(|e| wrap("sizing", e))?;
-    let header = SegmentHeader {
-        index,
-        first_seq,
-        segment_bytes,
-    }
-    .encode();
-    file.write_all_at(&header, 0)
-        .map_err(|e| wrap("writing header of", e))?;
+    file.write_all_at(&[0u8], 0)
+        .map_err(|e| wrap("preallocating", e))?;
     let mut at = PREALLOC_STEP;
     while at < segment_bytes {
         file.write_all_at(&[0u8], at)
