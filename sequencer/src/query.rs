@@ -227,14 +227,19 @@ impl State {
             items.push(*fill);
         }
         let last = items.last().map(|f: &Fill| f.id);
-        let mut page = page(items, more, last);
-        if !more && account.last_evicted_fill != 0 {
+        // The live fills ran out: older ones are in the history store.
+        let stored = !more && account.last_evicted_fill != 0;
+        let mut page = page(items, more || stored, last);
+        if stored && page.items.len() < limit {
+            page.cursor = None;
             page.rest = Some(Rest {
                 from: account.last_evicted_fill,
                 wanted: limit - page.items.len(),
                 market,
             });
         }
+        // A page filled by live fills alone carries a cursor, and the next
+        // page reads the store (it may come back empty).
         Ok(page)
     }
 

@@ -255,3 +255,47 @@ fn the_tail_is_a_journaled_rule_and_refuses_nonsense() {
     assert_eq!(replayed.event_hash, v.state.event_hash);
     assert!(events.iter().any(|e| matches!(e, Event::Evicted(_))));
 }
+
+/// A fills page filled exactly by the live fills still says that more
+/// are in the history store (a cursor), and the next page goes there.
+#[test]
+fn a_page_filled_by_live_fills_alone_still_leads_to_the_stored_ones() {
+    let mut v = venue();
+    let (a, b) = (v.trader(1_000_00), v.trader(1_000_00));
+    // Two fills for a, then evicted.
+    for _ in 0..2 {
+        v.place(a, "buy down 0.45 x1").unwrap();
+        v.place(b, "buy up 0.60 x1").unwrap();
+    }
+    v.advance(TAIL_MS + 200);
+    assert_eq!(v.state.account(a.account).unwrap().fills.len(), 0);
+    // Three live fills.
+    for _ in 0..3 {
+        v.place(a, "buy down 0.45 x1").unwrap();
+        v.place(b, "buy up 0.60 x1").unwrap();
+    }
+    let live: Vec<u64> = v
+        .state
+        .account(a.account)
+        .unwrap()
+        .fills
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(live.len(), 3);
+    let page = v.state.query_fills(a.key, None, Some(3), None).unwrap();
+    assert_eq!(page.items.len(), 3);
+    assert_eq!(page.cursor, Some(live[0]), "more are stored");
+    assert!(page.rest.is_none());
+    let next = v
+        .state
+        .query_fills(a.key, None, Some(3), page.cursor)
+        .unwrap();
+    assert!(next.items.is_empty() && next.cursor.is_none());
+    let rest = next.rest.expect("the next page reads the store");
+    assert_eq!(rest.wanted, 3);
+    // With room on the page, the live fills and the store share it.
+    let page = v.state.query_fills(a.key, None, Some(10), None).unwrap();
+    assert_eq!((page.items.len(), page.cursor), (3, None));
+    assert_eq!(page.rest.map(|r| r.wanted), Some(7));
+}

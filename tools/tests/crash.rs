@@ -14,6 +14,12 @@
 //! list of fills read from the server is a prefix of the account's fills.
 //! After every restart, the server answers the orders acknowledged since the
 //! last kill, each account's fills and balance exactly as the replay says.
+//!
+//! The venue runs with a 2-second history tail, so that orders and fills
+//! leave the live state for the history store all through the run: the
+//! offline checks follow them through the replay's `Event::Evicted`
+//! records, and the checks over REST read them from the server's store
+//! (which a kill may leave behind the journal; the restart rebuilds it).
 
 mod common;
 
@@ -25,8 +31,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use replay::Until;
+use sequencer::retention::Evicted;
+use sequencer::state::{Fill, Order};
 use sequencer::types::OrderStatus;
-use sequencer::State;
+use sequencer::{Event, State};
 use serde_json::Value;
 
 /// Client threads, one per account.
@@ -98,7 +106,17 @@ impl Model {
                     // what is read later (kills included).
                     assert!(
                         fills.len() >= known.len() && fills[..known.len()] == known[..],
-                        "account {account}: fills read earlier are not a prefix of fills read later"
+                        "account {account}: fills read earlier are not a prefix of fills read later: {}",
+                        {
+                            let at = known.iter().zip(&fills).position(|(a, b)| a != b);
+                            format!(
+                                "{} then {} fills; first difference at {at:?}: {:?} / {:?}",
+                                known.len(),
+                                fills.len(),
+                                at.map(|i| &known[i]),
+                                at.map(|i| &fills[i])
+                            )
+                        }
                     );
                     *known = fills;
                 }
@@ -106,10 +124,11 @@ impl Model {
         }
     }
 
-    /// Every acknowledged fact is in the replayed `state`.
-    fn check(&self, state: &State) {
+    /// Every acknowledged fact is in the replayed state.
+    fn check(&self, replayed: &Replayed) {
+        let state = &replayed.state;
         for (&id, (account, answered, filled, canceled)) in &self.orders {
-            let order = state
+            let order = replayed
                 .order(id)
                 .unwrap_or_else(|| panic!("order {id} was answered 201 and is lost: {answered}"));
             let rendered = gateway::api::json::order(state, order);
@@ -145,18 +164,17 @@ impl Model {
                 assert_eq!(u64::from(order.filled), *filled, "a canceled order filled");
             }
         }
-        for (i, fill) in state.fills.iter().enumerate() {
-            assert_eq!(fill.id, i as u64 + 1, "fill ids are unique and in sequence");
+        let all_fills: Vec<u64> = replayed
+            .fills
+            .keys()
+            .copied()
+            .chain(state.fills.iter().map(|f| f.id))
+            .collect();
+        for (i, &id) in all_fills.iter().enumerate() {
+            assert_eq!(id, i as u64 + 1, "fill ids are unique and in sequence");
         }
         for (&account, seen) in &self.fills {
-            let a = state
-                .account(u32::try_from(account).expect("account id"))
-                .expect("account");
-            let replayed: Vec<Value> = a
-                .fills
-                .iter()
-                .map(|&id| gateway::api::json::fill(state, state.fill(id).expect("fill")))
-                .collect();
+            let replayed = replayed.fills_json(account);
             assert!(
                 replayed.len() >= seen.len() && replayed[..seen.len()] == seen[..],
                 "account {account}: the acknowledged fills ({}) are not a prefix of the replayed ones ({})",
@@ -164,6 +182,67 @@ impl Model {
                 replayed.len()
             );
         }
+    }
+}
+
+/// A replay with what left the live state on the way: the whole history
+/// of orders and fills, as the venue's live state plus its history store
+/// would show it.
+struct Replayed {
+    state: State,
+    orders: BTreeMap<u64, Order>,
+    fills: BTreeMap<u64, Fill>,
+}
+
+impl Replayed {
+    fn of(journal: &Path, snapshots: Option<&Path>) -> (Replayed, replay::ReplayOutcome) {
+        let (mut orders, mut fills) = (BTreeMap::new(), BTreeMap::new());
+        let outcome = replay::replay_with(journal, snapshots, Until::End, |_, events| {
+            for event in events {
+                if let Event::Evicted(evicted) = event {
+                    match &**evicted {
+                        Evicted::Order(o) => {
+                            orders.insert(o.id, *o);
+                        }
+                        Evicted::Fill { fill, .. } => {
+                            fills.insert(fill.id, *fill);
+                        }
+                        Evicted::Trades { .. } => {}
+                    }
+                }
+            }
+        })
+        .expect("the journal replays");
+        let replayed = Replayed {
+            state: outcome.state.clone(),
+            orders,
+            fills,
+        };
+        (replayed, outcome)
+    }
+
+    /// An order, live or evicted.
+    fn order(&self, id: u64) -> Option<&Order> {
+        self.state.order(id).or_else(|| self.orders.get(&id))
+    }
+
+    /// An account's fills as REST renders them, oldest first: the evicted
+    /// ones, then the live ones.
+    fn fills_json(&self, account: u64) -> Vec<Value> {
+        let state = &self.state;
+        let id = u32::try_from(account).expect("account id");
+        let live = state
+            .account(id)
+            .expect("account")
+            .fills
+            .iter()
+            .map(|&f| state.fill(f).expect("fill"));
+        self.fills
+            .values()
+            .filter(|f| f.account == id)
+            .chain(live)
+            .map(|f| gateway::api::json::fill(state, f))
+            .collect()
     }
 }
 
@@ -261,8 +340,8 @@ fn check_offline(data_dir: &Path, model: &Model, before: Option<(u64, u64)>) -> 
             "a kill may leave at most a torn tail: {problem:?}"
         );
     }
-    let plain = replay::replay(&journal, None, Until::End).expect("the journal replays");
-    let state = plain.state;
+    let (replayed, _) = Replayed::of(&journal, None);
+    let state = &replayed.state;
     if let Err(broken) = state.check_invariants() {
         panic!("after a kill, at seq {}: {broken}", state.last_seq);
     }
@@ -297,7 +376,7 @@ fn check_offline(data_dir: &Path, model: &Model, before: Option<(u64, u64)>) -> 
             "the history up to seq {seq} changed after a restart"
         );
     }
-    model.check(&state);
+    model.check(&replayed);
     (state.last_seq, hash)
 }
 
@@ -307,9 +386,8 @@ fn check_restarted(serve: &Serve, model: &mut Model, traders: &[Trader]) {
     // What the server had when it started is what the journal had: compare
     // against a replay up to the seq the server reported (it may have
     // appended ticks and prints since, which change no order or balance).
-    let state = replay::replay(&journal, None, Until::End)
-        .expect("replay")
-        .state;
+    let (replayed, _) = Replayed::of(&journal, None);
+    let state = &replayed.state;
     let mut http = serve.api();
     for trader in traders {
         let key = Some(trader.key.as_str());
@@ -328,12 +406,12 @@ fn check_restarted(serve: &Serve, model: &mut Model, traders: &[Trader]) {
             sequencer::wire::dollars(account.held)
         );
         let fills = all_fills(&mut http, &trader.key).expect("fills");
-        let replayed: Vec<Value> = account
-            .fills
-            .iter()
-            .map(|&id| gateway::api::json::fill(&state, state.fill(id).expect("fill")))
-            .collect();
-        assert_eq!(fills, replayed, "account {} fills", trader.account);
+        assert_eq!(
+            fills,
+            replayed.fills_json(trader.account),
+            "account {} fills",
+            trader.account
+        );
         model.fills.insert(trader.account, fills);
     }
     let by_account: BTreeMap<u64, &Trader> = traders.iter().map(|t| (t.account, t)).collect();
@@ -345,8 +423,8 @@ fn check_restarted(serve: &Serve, model: &mut Model, traders: &[Trader]) {
         assert_eq!(order["client_order_id"], answered["client_order_id"]);
         assert_eq!(order["count"], answered["count"]);
         assert_eq!(order["price"], answered["price"]);
-        let replayed = gateway::api::json::order(&state, state.order(id).expect("order"));
-        assert_eq!(order, &replayed, "order {id} over REST and in the replay");
+        let rendered = gateway::api::json::order(state, replayed.order(id).expect("order"));
+        assert_eq!(order, &rendered, "order {id} over REST and in the replay");
     }
 }
 
@@ -368,6 +446,7 @@ fn sigkill_under_load_loses_no_acknowledged_order_cancel_or_fill() {
         // rolls and snapshot writes too.
         segment_mib: 1,
         snapshot_every: 400,
+        history_tail_secs: 2,
         ..Settings::default()
     };
     let config = settings.write(&work.path().join("updown.toml"));
@@ -446,4 +525,13 @@ fn sigkill_under_load_loses_no_acknowledged_order_cancel_or_fill() {
         "too little load to mean anything: {placed} orders"
     );
     assert!(fills > 0, "no fills: the clients never crossed");
+    // The history tail was crossed: the checks above went through the
+    // history store, not only the live state.
+    let (replayed, _) = Replayed::of(&data_dir.join("journal"), None);
+    assert!(
+        !replayed.orders.is_empty() && !replayed.fills.is_empty(),
+        "nothing left the live state: {} orders, {} fills evicted",
+        replayed.orders.len(),
+        replayed.fills.len()
+    );
 }

@@ -102,6 +102,8 @@ pub struct Settings {
     pub ws_ping_interval_ms: u64,
     /// Ticker of the one series; its windows last about a day.
     pub series: String,
+    /// How long ended orders and fills stay in memory (seconds).
+    pub history_tail_secs: u64,
 }
 
 impl Default for Settings {
@@ -116,6 +118,7 @@ impl Default for Settings {
             orders_per_second: 100_000,
             ws_ping_interval_ms: 10_000,
             series: "rel-a".into(),
+            history_tail_secs: 86_400,
         }
     }
 }
@@ -134,6 +137,7 @@ orders_per_second = {}
 orders_burst = {}
 ws_ping_interval_ms = {}
 request_timeout_ms = 5000
+history_tail_secs = {}
 
 [[series]]
 ticker = "{}"
@@ -150,6 +154,7 @@ sim_start_price = 97000.0
             self.orders_per_second,
             self.orders_per_second,
             self.ws_ping_interval_ms,
+            self.history_tail_secs,
             self.series,
             window_minutes(),
         )
