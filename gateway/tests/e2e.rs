@@ -2346,3 +2346,60 @@ fn orders_and_fills_past_the_history_tail_come_from_the_history_store() {
         assert_eq!(&v.read(&order_path(maker), a.key())["order"], was);
     }
 }
+
+/// A settled market's public trades leave the live state with its book one
+/// tail after settlement; `GET /markets/{ticker}/trades` then pages them
+/// from the history store exactly as it did before. Needs a 1-minute
+/// window to close: up to a minute of waiting.
+#[test]
+fn a_settled_markets_trades_past_the_tail_come_from_the_history_store() {
+    // Trade in a window with at least 15 s left.
+    while now_ms() % 60_000 > 45_000 {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let v = Venue::start_with(|c| {
+        c.history_tail_secs = 1;
+        c.series[0].window_minutes = 1;
+        c.series.truncate(1);
+    });
+    let a = v.trader("100.00");
+    let b = v.trader("100.00");
+    let m = v.open_market(SERIES_A);
+    for price in ["0.40", "0.41", "0.42"] {
+        v.place_ok(a.key(), &buy(&m, "up", price, "1"));
+        v.place_ok(b.key(), &buy(&m, "down", "0.70", "1"));
+    }
+    let path = format!("/markets/{m}/trades");
+    let before = v.read(&format!("{path}?limit=100"), None);
+    let trades = before["trades"].as_array().expect("trades").clone();
+    assert_eq!(trades.len(), 3, "{before}");
+    let first = v.read(&format!("{path}?limit=2"), None);
+    let cursor = first["cursor"].as_str().expect("cursor").to_string();
+    assert!(!cursor.is_empty());
+
+    // Wait for the window to close, print after the close so it settles,
+    // then let the tail pass and print again so the venue evicts.
+    let market = |v: &Venue| v.read(&format!("/markets/{m}"), None)["market"].clone();
+    let close = market(&v)["close_ts_ms"].as_u64().expect("close_ts_ms");
+    while now_ms() < close + 50 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    v.push_price("97001.00");
+    assert_eq!(market(&v)["status"], "settled", "{}", market(&v));
+    std::thread::sleep(Duration::from_millis(1_300));
+    v.push_price("97002.00");
+
+    // The same pages, from the store.
+    assert_eq!(v.read(&format!("{path}?limit=100"), None), before);
+    assert_eq!(v.read(&format!("{path}?limit=2"), None), first);
+    let rest = v.read(&format!("{path}?limit=2&cursor={cursor}"), None);
+    assert_eq!(
+        rest["trades"].as_array().expect("trades").as_slice(),
+        &trades[2..]
+    );
+    assert_eq!(rest["cursor"], "");
+    // Its book is empty and the market record unchanged in shape.
+    let book = v.read(&format!("/markets/{m}/orderbook"), None);
+    assert_eq!(book["orderbook"]["up"], json!([]), "{book}");
+    assert_eq!(market(&v)["status"], "settled");
+}
