@@ -78,6 +78,9 @@ pub struct History {
     written: Mutex<u64>,
     written_cv: Condvar,
     synced: AtomicU64,
+    /// A write failed: the store is behind the journal until a restart
+    /// rebuilds it, and reads past the tail must not trust it.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 fn slot_of(id: u64, slot: usize) -> Option<u64> {
@@ -167,6 +170,7 @@ impl History {
             written: Mutex::new(0),
             written_cv: Condvar::new(),
             synced: AtomicU64::new(Self::synced_through(dir)),
+            failed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -259,6 +263,19 @@ impl History {
         }
     }
 
+    /// Marks the store as behind the journal (a write failed).
+    pub fn fail(&self) {
+        self.failed.store(true, Ordering::Release);
+        // Wake readers and the snapshot writer waiting for progress.
+        let _guard = self.written.lock().expect("written");
+        self.written_cv.notify_all();
+    }
+
+    /// True once a write failed: the store misses records until a restart.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
     /// Records that the evictions of `seq` were handed to the writer.
     pub fn mark_sent(&self, seq: u64) {
         self.sent.fetch_max(seq, Ordering::AcqRel);
@@ -280,14 +297,14 @@ impl History {
     }
 
     /// Waits until everything evicted through `seq` is written; `false`
-    /// when `timeout` passed first.
+    /// when `timeout` passed first or the store failed.
     pub fn wait_written(&self, seq: u64, timeout: Duration) -> bool {
         let written = self.written.lock().expect("written");
         let (written, _) = self
             .written_cv
-            .wait_timeout_while(written, timeout, |w| *w < seq)
+            .wait_timeout_while(written, timeout, |w| *w < seq && !self.failed())
             .expect("written");
-        *written >= seq
+        *written >= seq && !self.failed()
     }
 
     /// Makes everything written durable and records `seq` as synced.
@@ -547,6 +564,22 @@ mod tests {
         let history = History::open(dir.path()).expect("reopen");
         assert_eq!(history.order(5).expect("read"), Some(order(5)));
         assert_eq!(history.trades(4).expect("read"), Some(trades));
+    }
+
+    #[test]
+    fn readers_wait_for_the_writer_and_never_trust_a_failed_store() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = std::sync::Arc::new(History::open(dir.path()).expect("open"));
+        history.mark_sent(7);
+        assert_eq!(history.sent(), 7);
+        assert!(!history.wait_written(7, Duration::from_millis(10)));
+        let writer = history.clone();
+        let done = std::thread::spawn(move || writer.mark_written(7));
+        assert!(history.wait_written(7, Duration::from_secs(5)));
+        done.join().expect("writer");
+        history.fail();
+        assert!(history.failed());
+        assert!(!history.wait_written(1, Duration::from_secs(5)));
     }
 
     #[test]

@@ -127,8 +127,10 @@ impl HistoryFeed {
                     if let Err(e) = writer.store_events(&events) {
                         // The journal stays whole; the store is rebuilt
                         // from it at the next start (no snapshot past the
-                        // last sync is used).
-                        eprintln!("history store: {e}; writes stop here");
+                        // last sync is used). Until then reads past the
+                        // tail and snapshots refuse.
+                        eprintln!("history store: {e}; writes stop here until a restart");
+                        writer.fail();
                         return;
                     }
                     writer.mark_written(seq);
@@ -156,6 +158,8 @@ impl HistoryFeed {
         if let Some(tx) = &self.tx {
             if tx.send((seq, evicted)).is_ok() {
                 self.store.mark_sent(seq);
+            } else {
+                self.store.fail();
             }
         }
     }

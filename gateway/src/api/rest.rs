@@ -340,9 +340,11 @@ impl App {
         };
         let finished = tokio::task::spawn_blocking(move || {
             if !history.wait_written(sent, HISTORY_WAIT) {
-                return Err(ApiError::unavailable(
-                    "The history store is catching up; try again shortly.",
-                ));
+                return Err(ApiError::unavailable(if history.failed() {
+                    "The history store could not be written; it is rebuilt at the next start."
+                } else {
+                    "The history store is catching up; try again shortly."
+                }));
             }
             rest(&history)
         })
