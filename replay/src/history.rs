@@ -331,14 +331,7 @@ impl History {
 
     /// An evicted order; `None` when the store does not hold it.
     pub fn order(&self, id: u64) -> io::Result<Option<Order>> {
-        let Some(at) = slot_of(id, ORDER_SLOT) else {
-            return Ok(None);
-        };
-        let mut buf = [0u8; ORDER_SLOT];
-        if !read_full(&self.orders, &mut buf, at)? {
-            return Ok(None);
-        }
-        match unframe(&buf, "order")? {
+        match Self::slot(&self.orders, id, ORDER_SLOT, "order")? {
             None => Ok(None),
             Some(bytes) => rkyv::from_bytes::<Order, RkyvError>(&bytes)
                 .map(Some)
@@ -346,16 +339,22 @@ impl History {
         }
     }
 
-    /// An evicted fill and the account's fill evicted before it.
-    pub fn fill(&self, id: u64) -> io::Result<Option<(Fill, u64)>> {
-        let Some(at) = slot_of(id, FILL_SLOT) else {
+    /// The checked payload of slot `id` of a fixed-slot file; `None` for an
+    /// empty slot or one past the end.
+    fn slot(file: &File, id: u64, size: usize, what: &str) -> io::Result<Option<AlignedVec>> {
+        let Some(at) = slot_of(id, size) else {
             return Ok(None);
         };
-        let mut buf = [0u8; FILL_SLOT];
-        if !read_full(&self.fills, &mut buf, at)? {
+        let mut buf = vec![0u8; size];
+        if !read_full(file, &mut buf, at)? {
             return Ok(None);
         }
-        match unframe(&buf, "fill")? {
+        unframe(&buf, what)
+    }
+
+    /// An evicted fill and the account's fill evicted before it.
+    pub fn fill(&self, id: u64) -> io::Result<Option<(Fill, u64)>> {
+        match Self::slot(&self.fills, id, FILL_SLOT, "fill")? {
             None => Ok(None),
             Some(bytes) => rkyv::from_bytes::<FillRecord, RkyvError>(&bytes)
                 .map(|r| Some((r.fill, r.prev)))

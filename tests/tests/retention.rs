@@ -28,6 +28,17 @@ fn venue() -> Venue {
     v
 }
 
+/// The ids of an account's fills in the live state, oldest first.
+fn live_fills(v: &Venue, account: u32) -> Vec<u64> {
+    v.state
+        .account(account)
+        .unwrap()
+        .fills
+        .iter()
+        .copied()
+        .collect()
+}
+
 fn evicted(events: &[Event]) -> Vec<Evicted> {
     events
         .iter()
@@ -46,14 +57,7 @@ fn ended_orders_and_fills_leave_after_the_tail_and_resting_ones_stay() {
     let taker = v.place(b, "buy up 0.60 x10 id=taker-1").unwrap();
     assert_eq!(taker.status, OrderStatus::Executed);
     let resting = v.place(a, "buy up 0.20 x5").unwrap();
-    let fill_ids: Vec<u64> = v
-        .state
-        .account(a.account)
-        .unwrap()
-        .fills
-        .iter()
-        .copied()
-        .collect();
+    let fill_ids = live_fills(&v, a.account);
     assert_eq!(fill_ids.len(), 1);
 
     // Inside the tail nothing leaves, and no young resting order is set
@@ -274,14 +278,7 @@ fn a_page_filled_by_live_fills_alone_still_leads_to_the_stored_ones() {
         v.place(a, "buy down 0.45 x1").unwrap();
         v.place(b, "buy up 0.60 x1").unwrap();
     }
-    let live: Vec<u64> = v
-        .state
-        .account(a.account)
-        .unwrap()
-        .fills
-        .iter()
-        .copied()
-        .collect();
+    let live = live_fills(&v, a.account);
     assert_eq!(live.len(), 3);
     let page = v.state.query_fills(a.key, None, Some(3), None).unwrap();
     assert_eq!(page.items.len(), 3);
