@@ -65,7 +65,7 @@ fi
 # The test run has built target/debug/updown already; rebuild only when it is
 # missing or older than a source file (same profile as `cargo test`, so a
 # fresh test build is reused as it is).
-BIN="$ROOT/target/debug/updown"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/updown"
 if [ ! -x "$BIN" ] || [ -n "$(find sequencer journal replay gateway tools Cargo.lock \
     \( -name '*.rs' -o -name '*.json' -o -name '*.toml' -o -name Cargo.lock \) \
     -newer "$BIN" -print -quit 2>/dev/null)" ]; then

@@ -38,7 +38,7 @@ SOAK_IDLE=${SOAK_IDLE:-20}
 SOAK_OUT=${SOAK_OUT:-benches/soak.md}
 SOAK_TAIL=${SOAK_TAIL:-60}
 CSV="${SOAK_OUT%.md}.csv"
-BIN="$ROOT/target/release/updown"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/updown"
 
 if [[ -z "${SOAK_NO_BUILD:-}" ]]; then
     cargo build --release -q -p tools --bin updown
