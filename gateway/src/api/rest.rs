@@ -108,7 +108,11 @@ fn ticker_of(
     let ticker = history
         .ticker(market)
         .map_err(history_failed)?
-        .unwrap_or_default();
+        .ok_or_else(|| {
+            history_failed(std::io::Error::other(format!(
+                "the ticker of market {market} is missing"
+            )))
+        })?;
     tickers.insert(market, ticker.clone());
     Ok(ticker)
 }
