@@ -233,6 +233,12 @@ impl Server {
         if retention_changes {
             match runtime.block_on(submitter.internal(Command::SetRetention { tail_ms })) {
                 Ok(Reply::Ok) => tracing::info!(tail_ms, "history tail set"),
+                Ok(Reply::Rejected(r)) => {
+                    return Err(StartError::Config(format!(
+                        "history_tail_secs: {}",
+                        r.message
+                    )))
+                }
                 Ok(other) => {
                     return Err(StartError::Config(format!("history_tail_secs: {other:?}")))
                 }

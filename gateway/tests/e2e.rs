@@ -2403,3 +2403,19 @@ fn a_settled_markets_trades_past_the_tail_come_from_the_history_store() {
     assert_eq!(book["orderbook"]["up"], json!([]), "{book}");
     assert_eq!(market(&v)["status"], "settled");
 }
+
+/// A history tail under a second is refused at start, naming the setting.
+#[test]
+fn a_history_tail_under_a_second_is_refused_at_start() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut config = support::config(dir.path());
+    config.history_tail_secs = 0;
+    let Err(e) = gateway::server::Server::start(config) else {
+        panic!("a zero history tail was accepted");
+    };
+    let message = e.to_string();
+    assert!(
+        message.contains("history_tail_secs") && message.contains("at least"),
+        "{message}"
+    );
+}
