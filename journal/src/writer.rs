@@ -117,10 +117,28 @@ pub struct Journal {
     /// The next segment, being built on a `journal-prepare` thread: creating,
     /// preallocating, syncing and mapping 64 MiB took tens of milliseconds
     /// on the appending thread at every roll.
-    preparing: Option<(
-        u64,
-        std::sync::mpsc::Receiver<Result<Prepared, JournalError>>,
-    )>,
+    preparing: Option<Preparing>,
+}
+
+/// A segment being built on its own thread.
+struct Preparing {
+    index: u64,
+    rx: std::sync::mpsc::Receiver<Result<Prepared, JournalError>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Preparing {
+    /// Waits for the thread and its result (`None` if it failed).
+    fn finish(self) -> Option<(u64, Prepared)> {
+        let result = self.rx.recv();
+        // The thread ends right after it sends; joining it leaves nothing
+        // of it behind (no thread outliving the journal).
+        let _ = self.thread.join();
+        match result {
+            Ok(Ok(prepared)) => Some((self.index, prepared)),
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for Journal {
@@ -548,13 +566,11 @@ impl Journal {
             Some(a) => a.index + 1,
             None => self.next_index,
         };
-        if self.preparing.as_ref().is_some_and(|(i, _)| *i == index) {
+        if self.preparing.as_ref().is_some_and(|p| p.index == index) {
             return;
         }
-        if let Some((_, stale)) = self.preparing.take() {
-            if let Ok(Ok(prepared)) = stale.recv() {
-                prepared.discard();
-            }
+        if let Some((_, stale)) = self.preparing.take().and_then(Preparing::finish) {
+            stale.discard();
         }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let (dir, bytes) = (self.dir.clone(), self.segment_bytes);
@@ -564,22 +580,20 @@ impl Journal {
                 let _ = tx.send(prepare_segment(&dir, index, bytes));
             });
         // Without a thread the roll builds the segment itself.
-        if started.is_ok() {
-            self.preparing = Some((index, rx));
+        if let Ok(thread) = started {
+            self.preparing = Some(Preparing { index, rx, thread });
         }
     }
 
     /// The prepared segment `index`, waiting for its thread if it is still
     /// at work; `None` when none was prepared or its preparation failed.
     fn take_prepared(&mut self, index: u64) -> Option<Prepared> {
-        let (prepared_index, rx) = self.preparing.take()?;
-        match rx.recv() {
-            Ok(Ok(prepared)) if prepared_index == index => Some(prepared),
-            Ok(Ok(prepared)) => {
-                prepared.discard();
-                None
-            }
-            _ => None,
+        let (prepared_index, prepared) = self.preparing.take()?.finish()?;
+        if prepared_index == index {
+            Some(prepared)
+        } else {
+            prepared.discard();
+            None
         }
     }
 }
@@ -588,10 +602,8 @@ impl Drop for Journal {
     /// A segment still being prepared is removed once built (a crash
     /// leaves it under its temporary name, which the next open removes).
     fn drop(&mut self) {
-        if let Some((_, rx)) = self.preparing.take() {
-            if let Ok(Ok(prepared)) = rx.recv() {
-                prepared.discard();
-            }
+        if let Some((_, prepared)) = self.preparing.take().and_then(Preparing::finish) {
+            prepared.discard();
         }
     }
 }
@@ -811,7 +823,7 @@ mod tests {
         }
         j.commit().unwrap();
         // The segment after the active one is being built, or built.
-        assert_eq!(j.preparing.as_ref().map(|(i, _)| *i), Some(4));
+        assert_eq!(j.preparing.as_ref().map(|p| p.index), Some(4));
         drop(j);
         for index in 0..4u64 {
             let header =
