@@ -229,7 +229,7 @@ add(f"- Over the whole run, from the first interval to the last: {anon_growth / 
     f"is the live state filling to its steady size: open windows' books and orders, and what ended within "
     f"the tail. Older records leave for the history store on disk (`docs/history-store.md`).")
 add(f"- With no load for {idle} s afterwards, anonymous memory moved by {idle_growth / 2**20:+.1f} MiB.")
-add(f"- File-backed memory (the journal's mapped segments, preallocated and mapped 64 MiB at a time) grew by "
+add(f"- File-backed memory (the journal's mapped segments: the active one and the next, prepared ahead, 64 MiB each) grew by "
     f"{file_growth / 2**20:.1f} MiB; those pages are the journal file and are dropped by the kernel under pressure.")
 add(f"- The snapshot at the stop holds only the live state: {snap_bytes / 2**20:.1f} MiB.")
 if p99_first is not None:
