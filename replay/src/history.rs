@@ -370,27 +370,49 @@ impl History {
         rest: &Rest,
         cursor: Option<u64>,
     ) -> io::Result<(Vec<Fill>, Option<u64>)> {
-        let mut items = Vec::new();
+        let missing = |id: u64| {
+            io::Error::other(format!(
+                "history fill {id} is missing (rebuild the store: docs/history-store.md)"
+            ))
+        };
+        // A cursor that names one of this account's stored fills (the last
+        // fill of the previous page, or the last one a scan looked at)
+        // resumes the chain right below it; any other cursor walks from the
+        // head, passing over what is not below it.
         let mut id = rest.from;
+        if let Some(c) = cursor.filter(|&c| c <= rest.from) {
+            if let Some((at, prev)) = self.fill(c)? {
+                let (head, _) = self.fill(rest.from)?.ok_or_else(|| missing(rest.from))?;
+                if at.account == head.account {
+                    id = prev;
+                }
+            }
+        }
+        let mut items = Vec::new();
         let mut scanned = 0;
+        let mut last_looked = None;
         while id != 0 {
+            let Some((fill, prev)) = self.fill(id)? else {
+                return Err(missing(id));
+            };
+            if cursor.is_some_and(|c| id >= c) {
+                id = prev;
+                continue;
+            }
             if scanned == SCAN_MAX {
-                // Answer what was found; the cursor resumes the scan.
-                return Ok((items, Some(id + 1)));
+                // Answer what was found; the cursor (a fill looked at, so
+                // strictly older than the one given) resumes the scan.
+                return Ok((items, last_looked));
             }
             scanned += 1;
-            let Some((fill, prev)) = self.fill(id)? else {
-                return Err(io::Error::other(format!(
-                    "history fill {id} is missing (rebuild the store: docs/history-store.md)"
-                )));
-            };
-            if cursor.is_none_or(|c| id < c) && rest.market.is_none_or(|m| fill.market == m) {
+            if rest.market.is_none_or(|m| fill.market == m) {
                 if items.len() == rest.wanted {
                     let last = items.last().map(|f: &Fill| f.id);
                     return Ok((items, last));
                 }
                 items.push(fill);
             }
+            last_looked = Some(id);
             id = prev;
         }
         Ok((items, None))
@@ -563,6 +585,57 @@ mod tests {
         let history = History::open(dir.path()).expect("reopen");
         assert_eq!(history.order(5).expect("read"), Some(order(5)));
         assert_eq!(history.trades(4).expect("read"), Some(trades));
+    }
+
+    /// Paging through more stored fills than one scan looks at reaches
+    /// every one, newest first, each cursor older than the one before,
+    /// with and without a market filter that matches rarely.
+    #[test]
+    fn paging_reaches_every_stored_fill_past_the_scan_limit() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        let n = SCAN_MAX as u64 * 2 + 37;
+        let mut prev = 0;
+        for id in 1..=n {
+            // Account 1's fills are the odd ids; market 9 every 7,000th.
+            let account = if id % 2 == 1 { 1 } else { 2 };
+            let market = if id % 14_000 == 1 { 9 } else { 3 };
+            history
+                .store(&Evicted::Fill {
+                    fill: fill(id, account, market),
+                    prev: if account == 1 { prev } else { 0 },
+                })
+                .expect("store");
+            if account == 1 {
+                prev = id;
+            }
+        }
+        for (market, wanted) in [(None, 500), (Some(9), 2)] {
+            let rest = Rest {
+                from: prev,
+                wanted,
+                market,
+            };
+            let mut seen = Vec::new();
+            let mut cursor = None;
+            for _ in 0..1_000 {
+                let (page, next) = history.fills_page(&rest, cursor).expect("page");
+                seen.extend(page.iter().map(|f| f.id));
+                if let (Some(c), Some(n)) = (cursor, next) {
+                    assert!(n < c, "the cursor moves older: {n} after {c}");
+                }
+                cursor = next;
+                if cursor.is_none() {
+                    break;
+                }
+            }
+            assert!(cursor.is_none(), "paging ended");
+            let expected: Vec<u64> = (1..=n)
+                .rev()
+                .filter(|id| id % 2 == 1 && market.is_none_or(|_| id % 14_000 == 1))
+                .collect();
+            assert_eq!(seen, expected, "market {market:?}");
+        }
     }
 
     #[test]
