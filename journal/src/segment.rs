@@ -198,7 +198,7 @@ pub(crate) fn prepare_segment(
     segment_bytes: u64,
 ) -> Result<Prepared, JournalError> {
     let temp = dir.join(format!("{index:020}{TEMP_EXT}"));
-    let built = build_body(&temp, segment_bytes).and_then(|file| {
+    let built = build_body(&temp, segment_bytes, &[0u8]).and_then(|file| {
         // SAFETY: `build_body` preallocated the whole file and synced it; it
         // is never shrunk, so every mapped byte is backed. Nothing else maps
         // it until it is renamed into place by the only writer.
@@ -282,27 +282,19 @@ fn build_segment(
     first_seq: u64,
     segment_bytes: u64,
 ) -> Result<File, JournalError> {
-    let file = build_body(path, segment_bytes)?;
     let header = SegmentHeader {
         index,
         first_seq,
         segment_bytes,
     }
     .encode();
-    file.write_all_at(&header, 0).map_err(|e| {
-        JournalError::io(
-            format!("writing header of new segment {}", path.display()),
-            e,
-        )
-    })?;
-    file.sync_all()
-        .map_err(|e| JournalError::io(format!("syncing new segment {}", path.display()), e))?;
-    Ok(file)
+    build_body(path, segment_bytes, &header)
 }
 
-/// A new file of `segment_bytes` with every block allocated, synced; zeros
-/// where the header goes.
-fn build_body(path: &Path, segment_bytes: u64) -> Result<File, JournalError> {
+/// A new file of `segment_bytes` with every block allocated and `head` at
+/// its start (the header, or a zero for a segment prepared ahead, whose
+/// header is written at the roll), synced once.
+fn build_body(path: &Path, segment_bytes: u64, head: &[u8]) -> Result<File, JournalError> {
     let ctx = |what: &str| format!("{what} new segment {}", path.display());
     let wrap = |what: &str, e: io::Error| {
         if is_no_space(&e) {
@@ -322,8 +314,8 @@ fn build_body(path: &Path, segment_bytes: u64) -> Result<File, JournalError> {
         .open(path)
         .map_err(|e| wrap("creating", e))?;
     file.set_len(segment_bytes).map_err(|e| wrap("sizing", e))?;
-    file.write_all_at(&[0u8], 0)
-        .map_err(|e| wrap("preallocating", e))?;
+    file.write_all_at(head, 0)
+        .map_err(|e| wrap("writing the head of", e))?;
     let mut at = PREALLOC_STEP;
     while at < segment_bytes {
         file.write_all_at(&[0u8], at)

@@ -212,15 +212,9 @@ impl History {
 
     /// A market's ticker; `None` when the store does not hold it.
     pub fn ticker(&self, market: MarketId) -> io::Result<Option<String>> {
-        let mut buf = [0u8; TICKER_SLOT];
-        if !read_full(
-            &self.tickers,
-            &mut buf,
-            u64::from(market) * TICKER_SLOT as u64,
-        )? {
-            return Ok(None);
-        }
-        Ok(unframe(&buf, "ticker")?.map(|b| String::from_utf8_lossy(&b).into_owned()))
+        let at = u64::from(market) * TICKER_SLOT as u64;
+        Ok(Self::slot_at(&self.tickers, at, TICKER_SLOT, "ticker")?
+            .map(|b| String::from_utf8_lossy(&b).into_owned()))
     }
 
     /// Stores one evicted record.
@@ -342,9 +336,14 @@ impl History {
     /// The checked payload of slot `id` of a fixed-slot file; `None` for an
     /// empty slot or one past the end.
     fn slot(file: &File, id: u64, size: usize, what: &str) -> io::Result<Option<AlignedVec>> {
-        let Some(at) = slot_of(id, size) else {
-            return Ok(None);
-        };
+        match slot_of(id, size) {
+            Some(at) => Self::slot_at(file, at, size, what),
+            None => Ok(None),
+        }
+    }
+
+    /// The checked payload of the `size`-byte slot at byte `at`.
+    fn slot_at(file: &File, at: u64, size: usize, what: &str) -> io::Result<Option<AlignedVec>> {
         let mut buf = vec![0u8; size];
         if !read_full(file, &mut buf, at)? {
             return Ok(None);

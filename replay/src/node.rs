@@ -166,17 +166,24 @@ impl HistoryFeed {
 
     /// Waits for what was sent, then makes it durable as of `seq`.
     fn sync(&self, sent: u64, seq: u64) -> Result<(), NodeError> {
-        let err = |source| NodeError::History {
-            path: self.store.dir().to_path_buf(),
-            source,
-        };
-        if !self.store.wait_written(sent, HISTORY_WAIT) {
-            return Err(err(std::io::Error::other(format!(
-                "the history writer did not reach seq {sent}"
-            ))));
-        }
-        self.store.sync(seq).map_err(err)
+        sync_history(&self.store, sent, seq)
     }
+}
+
+/// Waits until the history writer has written the evictions handed to it
+/// up to `sent`, then makes the store durable as of `seq` (before a
+/// snapshot at `seq` may exist).
+fn sync_history(store: &History, sent: u64, seq: u64) -> Result<(), NodeError> {
+    let err = |source| NodeError::History {
+        path: store.dir().to_path_buf(),
+        source,
+    };
+    if !store.wait_written(sent, HISTORY_WAIT) {
+        return Err(err(std::io::Error::other(format!(
+            "the history writer did not reach seq {sent}"
+        ))));
+    }
+    store.sync(seq).map_err(err)
 }
 
 impl Drop for HistoryFeed {
@@ -424,16 +431,7 @@ impl SnapshotJob {
             point.sync()?;
         }
         if let Some((store, sent)) = &self.history {
-            let err = |source| NodeError::History {
-                path: store.dir().to_path_buf(),
-                source,
-            };
-            if !store.wait_written(*sent, HISTORY_WAIT) {
-                return Err(err(std::io::Error::other(format!(
-                    "the history writer did not reach seq {sent}"
-                ))));
-            }
-            store.sync(self.state.last_seq).map_err(err)?;
+            sync_history(store, *sent, self.state.last_seq)?;
         }
         Ok(snapshot::write(&self.dir, &mut self.state)?)
     }

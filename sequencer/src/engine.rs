@@ -1374,10 +1374,7 @@ impl State {
             Err(reject) => return reject.into(),
         };
         let Some(order) = self.order(order_id).filter(|o| o.account == account) else {
-            return Reply::reject(
-                ErrorCode::OrderNotFound,
-                format!("No order {order_id} on this account."),
-            );
+            return crate::query::order_not_found(order_id).into();
         };
         if !order.is_resting() {
             // DESIGN §5: a retried cancel is always safe; the order as it stands.

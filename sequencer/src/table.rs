@@ -79,11 +79,6 @@ impl<T, const FIRST: u64> Table<T, FIRST> {
         self.kept.len()
     }
 
-    /// Ids below this one have left the deque (some may be in `kept`).
-    pub fn front_id(&self) -> u64 {
-        self.front_id
-    }
-
     /// Appends a record; returns its id.
     pub fn push(&mut self, item: T) -> u64 {
         let id = self.next_id();
@@ -120,17 +115,6 @@ impl<T, const FIRST: u64> Table<T, FIRST> {
     /// The live records, in id order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> {
         self.kept.values().chain(self.items.iter())
-    }
-
-    /// The live records with their ids, in id order.
-    pub fn iter_ids(&self) -> impl DoubleEndedIterator<Item = (u64, &T)> {
-        let front = self.front_id;
-        self.kept.iter().map(|(&id, t)| (id, t)).chain(
-            self.items
-                .iter()
-                .enumerate()
-                .map(move |(i, t)| (front + i as u64, t)),
-        )
     }
 
     /// Takes the deque's records out, leaving the ids and the kept records
@@ -243,15 +227,15 @@ mod tests {
             |id, (v, _)| out.push((id, v)),
         );
         assert_eq!(out, vec![(1, 0), (2, 1), (4, 3), (5, 4)]);
-        assert_eq!(t.front_id(), 6);
+        assert_eq!(t.front_id, 6);
         assert_eq!(t.get(3), Some(&(2, true)));
         assert!(t.evicted(4) && !t.evicted(3) && !t.evicted(6) && !t.evicted(0));
         assert_eq!(t.get(4), None);
         assert_eq!(t[7].0, 6);
         assert_eq!(t.next_id(), 11);
         assert_eq!(t.len(), 6);
-        let ids: Vec<u64> = t.iter_ids().map(|(id, _)| id).collect();
-        assert_eq!(ids, vec![3, 6, 7, 8, 9, 10]);
+        let values: Vec<u32> = t.iter().map(|&(v, _)| v).collect();
+        assert_eq!(values, vec![2, 5, 6, 7, 8, 9], "kept first, then the deque");
         // The kept record ends; it leaves on the next pass.
         t.get_mut(3).expect("kept").1 = false;
         out.clear();

@@ -96,6 +96,11 @@ fn history_failed(e: std::io::Error) -> ApiError {
     ApiError::unavailable("The history store could not be read; try again later.")
 }
 
+/// A record the history store should hold and does not.
+fn history_missing(what: String) -> ApiError {
+    history_failed(std::io::Error::other(format!("{what} is missing")))
+}
+
 /// A market's ticker from the history store, remembered for the page.
 fn ticker_of(
     history: &History,
@@ -108,11 +113,7 @@ fn ticker_of(
     let ticker = history
         .ticker(market)
         .map_err(history_failed)?
-        .ok_or_else(|| {
-            history_failed(std::io::Error::other(format!(
-                "the ticker of market {market} is missing"
-            )))
-        })?;
+        .ok_or_else(|| history_missing(format!("the ticker of market {market}")))?;
     tickers.insert(market, ticker.clone());
     Ok(ticker)
 }
@@ -811,11 +812,7 @@ async fn trades(State(app): Shared, TickerParam(ticker): TickerParam, uri: Uri) 
             let all = history
                 .trades(market)
                 .map_err(history_failed)?
-                .ok_or_else(|| {
-                    history_failed(std::io::Error::other(format!(
-                        "trades of market {market} are missing"
-                    )))
-                })?;
+                .ok_or_else(|| history_missing(format!("the trades of market {market}")))?;
             let end = cursor_in.map_or(all.len(), |c| all.partition_point(|t| t.trade_id < c));
             let start = end.saturating_sub(rest.wanted);
             let trades: Vec<Value> = all[start..end]
