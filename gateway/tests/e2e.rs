@@ -1453,6 +1453,87 @@ fn refused_keys_answer_401_with_the_spec_message() {
     v.place_ok(b.key(), &buy(&m, "up", "0.40", "1"));
 }
 
+/// Reads one HTTP/1.1 response with a `Content-Length` body off a kept-alive
+/// connection: its status and body.
+fn read_response(stream: &mut std::net::TcpStream) -> (u16, String) {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => raw.push(byte[0]),
+            other => panic!("the connection ended before a response: {other:?} after {raw:?}"),
+        }
+    }
+    let head = String::from_utf8(raw).expect("ascii head");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let length: usize = head
+        .split("\r\n")
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .expect("content-length");
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).expect("body");
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A refused order entry keeps the caller's connection: the gateway reads
+/// the body it refuses before answering, even when the body arrives after
+/// the headers, so the next request on the same connection is answered.
+#[test]
+fn a_refused_order_entry_keeps_the_connection() {
+    use std::io::Write;
+    let v = Venue::start();
+    let m = v.open_market(SERIES_A);
+    let addr = v
+        .base
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_string();
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let body = buy(&m, "up", "0.40", "1").to_string();
+    for key in ["tk_test_nosuchkey0_s3cr3t", "not a key"] {
+        let head = format!(
+            "POST /v1/portfolio/orders HTTP/1.1\r\nHost: {addr}\r\n\
+             Authorization: Bearer {key}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).expect("send head");
+        stream.flush().expect("flush");
+        std::thread::sleep(Duration::from_millis(200));
+        stream.write_all(body.as_bytes()).expect("send body");
+        let (status, text) = read_response(&mut stream);
+        assert_eq!(status, 401, "{text}");
+        assert!(text.contains("UNAUTHORIZED"), "{text}");
+    }
+    // A stray query parameter is refused before the key, body read too.
+    let head = format!(
+        "POST /v1/portfolio/orders?x=1 HTTP/1.1\r\nHost: {addr}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).expect("send head");
+    std::thread::sleep(Duration::from_millis(200));
+    stream.write_all(body.as_bytes()).expect("send body");
+    let (status, text) = read_response(&mut stream);
+    assert_eq!(status, 400, "{text}");
+
+    let get = format!("GET /v1/markets/{m} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(get.as_bytes()).expect("send");
+    let (status, text) = read_response(&mut stream);
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains(&m), "{text}");
+}
+
 #[test]
 fn forbidden_without_the_trade_permission_terms_or_wallet_trading() {
     let v = Venue::start();
