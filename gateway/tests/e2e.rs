@@ -1486,7 +1486,7 @@ fn read_response(stream: &mut std::net::TcpStream) -> (u16, String) {
 /// the body it refuses before answering, even when the body arrives after
 /// the headers, so the next request on the same connection is answered.
 #[test]
-fn a_refused_order_entry_keeps_the_connection() {
+fn a_refused_request_keeps_the_connection() {
     use std::io::Write;
     let v = Venue::start();
     let m = v.open_market(SERIES_A);
@@ -1515,17 +1515,26 @@ fn a_refused_order_entry_keeps_the_connection() {
         assert_eq!(status, 401, "{text}");
         assert!(text.contains("UNAUTHORIZED"), "{text}");
     }
-    // A stray query parameter is refused before the key, body read too.
-    let head = format!(
-        "POST /v1/portfolio/orders?x=1 HTTP/1.1\r\nHost: {addr}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).expect("send head");
-    std::thread::sleep(Duration::from_millis(200));
-    stream.write_all(body.as_bytes()).expect("send body");
-    let (status, text) = read_response(&mut stream);
-    assert_eq!(status, 400, "{text}");
+    // A stray query parameter refused before the key, an unknown path, a
+    // method not allowed, a GET with a body: each body is read, each
+    // refusal answered, and the connection stays.
+    for (method, target, status) in [
+        ("POST", "/v1/portfolio/orders?x=1", 400),
+        ("POST", "/v1/nope", 404),
+        ("PUT", "/v1/portfolio/orders", 405),
+        ("GET", "/v1/markets?limit=1", 200),
+    ] {
+        let head = format!(
+            "{method} {target} HTTP/1.1\r\nHost: {addr}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).expect("send head");
+        std::thread::sleep(Duration::from_millis(200));
+        stream.write_all(body.as_bytes()).expect("send body");
+        let (got, text) = read_response(&mut stream);
+        assert_eq!(got, status, "{method} {target}: {text}");
+    }
 
     let get = format!("GET /v1/markets/{m} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
     stream.write_all(get.as_bytes()).expect("send");

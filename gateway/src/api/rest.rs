@@ -206,7 +206,10 @@ async fn measure(State(app): Shared, request: Request, next: Next) -> Response {
     // A shared `Arc<str>` of the router's, not a copy.
     let route = request.extensions().get::<MatchedPath>().cloned();
     let started = Instant::now();
-    let response = next.run(request).await;
+    let response = match read_unread_body(request).await {
+        Ok(request) => next.run(request).await,
+        Err(refusal) => refusal,
+    };
     app.submitter.metrics.record_request(
         route.as_ref().map_or("unmatched", MatchedPath::as_str),
         response.status().as_u16(),
@@ -376,6 +379,40 @@ impl App {
 
 // ----- order entry ------------------------------------------------------------------
 
+/// Reads, before routing, the body of a request that carries one to a
+/// handler that would not read it (an unknown path, a method not allowed, a
+/// GET or DELETE sent with a body), so that answering it does not close
+/// the connection (see [`refuse_after_body`]). Order entry reads its own
+/// body after its key checks; requests without a body pass untouched.
+async fn read_unread_body(request: Request) -> Result<Request, Response> {
+    let headers = request.headers();
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0");
+    let order_entry =
+        request.method() == axum::http::Method::POST && request.uri().path() == ORDER_ENTRY_PATH;
+    if !has_body || order_entry {
+        return Ok(request);
+    }
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(Duration::from_secs(1), to_bytes(body, BODY_BYTES_MAX)).await {
+        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
+        Ok(Err(_)) => Err(body_too_large().into_response()),
+        // A body that trickles in slower than that: the request goes on
+        // without it, and the server closes the connection after answering.
+        Err(_) => Ok(Request::from_parts(parts, Body::empty())),
+    }
+}
+
+/// The refusal of a body over [`BODY_BYTES_MAX`].
+fn body_too_large() -> ApiError {
+    ApiError::bad_request(format!("The body is larger than {BODY_BYTES_MAX} bytes."))
+}
+
+/// The path of order entry, whose handler reads its own body.
+const ORDER_ENTRY_PATH: &str = "/v1/portfolio/orders";
+
 /// Refuses a request whose body has not been read yet, after reading it (up
 /// to the body limit, for at most a second). A body left unread makes the
 /// HTTP server close the connection, and a client that reuses its pooled
@@ -402,12 +439,7 @@ async fn place_order(
     };
     let bytes = match to_bytes(body, BODY_BYTES_MAX).await {
         Ok(b) => b,
-        Err(_) => {
-            return ApiError::bad_request(format!(
-                "The body is larger than {BODY_BYTES_MAX} bytes."
-            ))
-            .into_response()
-        }
+        Err(_) => return body_too_large().into_response(),
     };
     let order = match order_body(&bytes) {
         Ok(o) => o,
