@@ -1,5 +1,5 @@
 //! The bare servers' common part: an axum router served on a tokio runtime
-//! of one worker (the venue's default `workers = 1`), on an ephemeral
+//! of as many workers as the venue is given (its default `workers = 1`), on an ephemeral
 //! loopback port, with `TCP_NODELAY` on every accepted socket as the venue
 //! sets it; stopped gracefully when dropped.
 
@@ -21,11 +21,15 @@ pub struct LoopbackServer {
 }
 
 impl LoopbackServer {
-    /// Serves `router`; the worker thread is named `thread_name` (the CPU
+    /// Serves `router` on `workers` threads named `thread_name` (the CPU
     /// tables group threads by name).
-    pub fn start(thread_name: &str, router: Router) -> Result<LoopbackServer, BenchError> {
+    pub fn start(
+        thread_name: &str,
+        workers: usize,
+        router: Router,
+    ) -> Result<LoopbackServer, BenchError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+            .worker_threads(workers.max(1))
             .thread_name(thread_name)
             .enable_all()
             .build()?;

@@ -1230,6 +1230,21 @@ fn a_silent_connection_is_closed_and_a_live_one_is_pinged() {
     assert_eq!(silent.close_code(WAIT), 1001);
 }
 
+/// A server shutting down closes every websocket with 1001 (going away),
+/// idle or not, before its listeners stop.
+#[test]
+fn shutdown_closes_every_connection_with_1001() {
+    let mut venue = Venue::start();
+    let addr = ws_addr(&venue);
+    let mut idle = connect(addr);
+    let mut talking = connect(addr);
+    assert_eq!(talking.cmd(1, "list_subscriptions", json!({}))["type"], "ok");
+    let stopping = std::thread::spawn(move || venue.stop());
+    assert_eq!(idle.close_code(WAIT), 1001);
+    assert_eq!(talking.close_code(WAIT), 1001);
+    stopping.join().expect("the venue stops");
+}
+
 #[test]
 fn any_origin_is_accepted_and_a_plain_get_is_refused() {
     let venue = Venue::start();

@@ -83,7 +83,7 @@ impl Bare {
     pub fn start() -> Result<Bare, BenchError> {
         let router = Router::new().route(ORDERS_PATH, post(bare_place_order));
         Ok(Bare {
-            server: LoopbackServer::start("bare", router)?,
+            server: LoopbackServer::start("bare", 1, router)?,
         })
     }
 

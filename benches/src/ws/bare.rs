@@ -1,5 +1,5 @@
 //! The bare broadcast: the same stack under the websocket as the venue
-//! (axum 0.8 on a one-worker tokio runtime, the fastwebsockets upgrade,
+//! (axum 0.8 on a tokio runtime of as many workers as the venue's, the fastwebsockets upgrade,
 //! TCP_NODELAY) and nothing above it. The broadcaster runs on the driver's
 //! thread: per event it builds the frame once (the venue's envelope and
 //! `msg`, the same bytes a subscriber of the venue gets) and `try_send`s
@@ -126,7 +126,7 @@ async fn coalesced<S: AsyncRead + AsyncWrite + Unpin>(
 impl Bare {
     /// Starts the server; each connection's queue holds `capacity`
     /// messages; `coalesce` picks the coalescing variant.
-    pub fn start(capacity: usize, coalesce: bool) -> Result<Bare, BenchError> {
+    pub fn start(capacity: usize, coalesce: bool, workers: usize) -> Result<Bare, BenchError> {
         let registry: Registry = Arc::new(Mutex::new(Vec::new()));
         let shared = Shared {
             registry: registry.clone(),
@@ -135,7 +135,7 @@ impl Bare {
         };
         let router = Router::new().route(PATH, get(upgrade)).with_state(shared);
         Ok(Bare {
-            server: LoopbackServer::start("ws-bare", router)?,
+            server: LoopbackServer::start("ws-bare", workers, router)?,
             registry,
             conns: Vec::new(),
             base: 0,

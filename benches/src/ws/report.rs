@@ -91,6 +91,8 @@ pub struct WsConfig {
     pub window: u64,
     /// Threads of the clients' runtime.
     pub client_threads: usize,
+    /// Worker threads of the venue's gateway and of the bare server.
+    pub workers: usize,
     /// Where the venue's data directory goes (a temporary folder inside it).
     pub dir: PathBuf,
     /// The venue's journal durability.
@@ -124,6 +126,7 @@ impl WsConfig {
             rate: 100.0,
             window: 256,
             client_threads: 1,
+            workers: 1,
             dir: std::env::temp_dir(),
             durability: DurabilityPolicy::Never,
             sides: vec![Side::Venue, Side::Bare],
@@ -147,7 +150,7 @@ impl WsConfig {
     /// `UPDOWN_BENCH_WS_SMOKE=1` starts from the smoke run; then
     /// `UPDOWN_BENCH_WS_SUBSCRIBERS` (comma-separated), `_ROUNDS`,
     /// `_SECONDS`, `_LATENCY_SECONDS`, `_WARMUP`, `_RATE`, `_WINDOW`,
-    /// `_CLIENT_THREADS`, `_DURABILITY`, `_SIDES` (a list of venue, bare
+    /// `_CLIENT_THREADS`, `_WORKERS`, `_DURABILITY`, `_SIDES` (a list of venue, bare
     /// and coalesced; default venue,bare) and
     /// `UPDOWN_BENCH_DIR` override it.
     pub fn from_env() -> Result<Self, String> {
@@ -184,6 +187,9 @@ impl WsConfig {
         if let Some(v) = var("UPDOWN_BENCH_WS_CLIENT_THREADS")? {
             c.client_threads = v;
         }
+        if let Some(v) = var("UPDOWN_BENCH_WS_WORKERS")? {
+            c.workers = v;
+        }
         if let Some(dir) = std::env::var_os("UPDOWN_BENCH_DIR") {
             c.dir = dir.into();
         }
@@ -210,11 +216,12 @@ impl WsConfig {
             || c.rounds == 0
             || c.window == 0
             || c.client_threads == 0
+            || c.workers == 0
             || c.rate.is_nan()
             || c.rate < 1.0
         {
             return Err(
-                "subscribers, rounds, the window, client threads and the rate must be positive"
+                "subscribers, rounds, the window, client threads, workers and the rate must be positive"
                     .into(),
             );
         }
@@ -546,11 +553,21 @@ fn run_inner(config: &WsConfig, out: &mut (dyn Write + Send)) -> Result<WsReport
     let mut runners = Vec::new();
     for &side in &config.sides {
         let server = match side {
-            Side::Venue => Server::Venue(Box::new(Venue::start(data.path(), config.durability)?)),
-            Side::Bare => Server::Bare(Bare::start(gateway::ws::QUEUE_CAPACITY_DEFAULT, false)?),
-            Side::Coalesced => {
-                Server::Bare(Bare::start(gateway::ws::QUEUE_CAPACITY_DEFAULT, true)?)
-            }
+            Side::Venue => Server::Venue(Box::new(Venue::start(
+                data.path(),
+                config.durability,
+                config.workers,
+            )?)),
+            Side::Bare => Server::Bare(Bare::start(
+                gateway::ws::QUEUE_CAPACITY_DEFAULT,
+                false,
+                config.workers,
+            )?),
+            Side::Coalesced => Server::Bare(Bare::start(
+                gateway::ws::QUEUE_CAPACITY_DEFAULT,
+                true,
+                config.workers,
+            )?),
         };
         runners.push(Runner {
             side,
@@ -576,7 +593,7 @@ fn run_inner(config: &WsConfig, out: &mut (dyn Write + Send)) -> Result<WsReport
     writeln!(
         out,
         "websocket fan-out: subscribers {:?}, {} round(s), max-rate phases of {:.1} s (window {} events), \
-         fixed-rate phases of {:.1} s at {} events/s, warm-up {:.1} s, {} client thread(s), durability {:?}, market {ticker}",
+         fixed-rate phases of {:.1} s at {} events/s, warm-up {:.1} s, {} client thread(s), {} server worker(s), durability {:?}, market {ticker}",
         config.subscribers,
         config.rounds,
         config.measure.as_secs_f64(),
@@ -585,6 +602,7 @@ fn run_inner(config: &WsConfig, out: &mut (dyn Write + Send)) -> Result<WsReport
         config.rate,
         config.warmup.as_secs_f64(),
         config.client_threads,
+        config.workers,
         config.durability,
     )?;
     let mut phases = Vec::new();

@@ -50,9 +50,10 @@ fn window_minutes() -> u64 {
 }
 
 /// The venue's configuration: loopback ports chosen by the OS, no price
-/// simulator, one series, the default one gateway worker and websocket
-/// queue (4,096 messages per connection), `durability`.
-pub fn venue_config(data_dir: &Path, durability: DurabilityPolicy) -> ServerConfig {
+/// simulator, one series, `workers` gateway workers (the venue's default
+/// is 1), the default websocket queue (4,096 messages per connection),
+/// `durability`.
+pub fn venue_config(data_dir: &Path, durability: DurabilityPolicy, workers: usize) -> ServerConfig {
     ServerConfig {
         listen: "127.0.0.1:0".parse().expect("address"),
         admin_listen: "127.0.0.1:0".parse().expect("address"),
@@ -61,7 +62,7 @@ pub fn venue_config(data_dir: &Path, durability: DurabilityPolicy) -> ServerConf
         snapshot_every: 0,
         account_risk_cap_usd: 1_000_000_000,
         price_simulator: false,
-        workers: 1,
+        workers,
         series: vec![SeriesEntry {
             ticker: SERIES.into(),
             symbol: SYMBOL.into(),
@@ -134,8 +135,12 @@ fn placed_id(k: u64, reply: Reply) -> Result<OrderId, BenchError> {
 }
 
 impl Venue {
-    pub fn start(data_dir: &Path, durability: DurabilityPolicy) -> Result<Venue, BenchError> {
-        let server = Server::start(venue_config(data_dir, durability))?;
+    pub fn start(
+        data_dir: &Path,
+        durability: DurabilityPolicy,
+        workers: usize,
+    ) -> Result<Venue, BenchError> {
+        let server = Server::start(venue_config(data_dir, durability, workers))?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()?;
