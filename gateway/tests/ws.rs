@@ -1238,7 +1238,10 @@ fn shutdown_closes_every_connection_with_1001() {
     let addr = ws_addr(&venue);
     let mut idle = connect(addr);
     let mut talking = connect(addr);
-    assert_eq!(talking.cmd(1, "list_subscriptions", json!({}))["type"], "ok");
+    assert_eq!(
+        talking.cmd(1, "list_subscriptions", json!({}))["type"],
+        "ok"
+    );
     let stopping = std::thread::spawn(move || venue.stop());
     assert_eq!(idle.close_code(WAIT), 1001);
     assert_eq!(talking.close_code(WAIT), 1001);
