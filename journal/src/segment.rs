@@ -385,22 +385,15 @@ mod tests {
     }
 
     /// A segment prepared ahead is built in paced steps: over several
-    /// steps it still ends full length, every block allocated (nothing
-    /// sparse for a store to fault on), zeros throughout, and its header
-    /// and name arrive at `finish`.
+    /// steps it still ends full length and zero throughout, and its header
+    /// and name arrive at `finish`. (Whether every block is allocated is
+    /// the file system's to report; `faults.rs` fills a disk.)
     #[test]
-    fn a_paced_segment_is_whole_allocated_and_zero() {
-        use std::os::unix::fs::MetadataExt;
+    fn a_paced_segment_is_whole_and_zero() {
         let dir = tempfile::tempdir().unwrap();
         let bytes = 2 * PACE_BYTES + 3 * PREALLOC_STEP;
         let prepared = prepare_segment(dir.path(), 4, bytes).unwrap();
-        let meta = prepared.file.metadata().unwrap();
-        assert_eq!(meta.len(), bytes);
-        assert!(
-            meta.blocks() * 512 >= bytes,
-            "{} of {bytes} bytes allocated",
-            meta.blocks() * 512
-        );
+        assert_eq!(prepared.file.metadata().unwrap().len(), bytes);
         assert!(prepared.map.iter().all(|&b| b == 0));
         assert!(list_segments(dir.path()).unwrap().is_empty());
         let (file, map) = prepared.finish(dir.path(), 9, bytes).unwrap();

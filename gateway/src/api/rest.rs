@@ -206,10 +206,7 @@ async fn measure(State(app): Shared, request: Request, next: Next) -> Response {
     // A shared `Arc<str>` of the router's, not a copy.
     let route = request.extensions().get::<MatchedPath>().cloned();
     let started = Instant::now();
-    let response = match read_unread_body(request).await {
-        Ok(request) => next.run(request).await,
-        Err(refusal) => refusal,
-    };
+    let response = next.run(read_unread_body(request).await).await;
     app.submitter.metrics.record_request(
         route.as_ref().map_or("unmatched", MatchedPath::as_str),
         response.status().as_u16(),
@@ -384,7 +381,7 @@ impl App {
 /// GET or DELETE sent with a body), so that answering it does not close
 /// the connection (see [`refuse_after_body`]). Order entry reads its own
 /// body after its key checks; requests without a body pass untouched.
-async fn read_unread_body(request: Request) -> Result<Request, Response> {
+async fn read_unread_body(request: Request) -> Request {
     let headers = request.headers();
     let has_body = headers.contains_key(header::TRANSFER_ENCODING)
         || headers
@@ -393,15 +390,16 @@ async fn read_unread_body(request: Request) -> Result<Request, Response> {
     let order_entry =
         request.method() == axum::http::Method::POST && request.uri().path() == ORDER_ENTRY_PATH;
     if !has_body || order_entry {
-        return Ok(request);
+        return request;
     }
     let (parts, body) = request.into_parts();
     match tokio::time::timeout(Duration::from_secs(1), to_bytes(body, BODY_BYTES_MAX)).await {
-        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
-        Ok(Err(_)) => Err(body_too_large().into_response()),
-        // A body that trickles in slower than that: the request goes on
-        // without it, and the server closes the connection after answering.
-        Err(_) => Ok(Request::from_parts(parts, Body::empty())),
+        Ok(Ok(bytes)) => Request::from_parts(parts, Body::from(bytes)),
+        // A body over the limit, or one that trickles in slower than that:
+        // the request goes on without it (no handler here reads one, so
+        // the answer is what it would have been), and the server closes
+        // the connection after answering.
+        Ok(Err(_)) | Err(_) => Request::from_parts(parts, Body::empty()),
     }
 }
 

@@ -209,14 +209,20 @@ async fn read_loop(
         }
     };
     tokio::pin!(shutting_down);
+    let mut shutdown_told = false;
     loop {
         // Auto-pong and auto-close are off: nothing is ever sent from here.
         let mut send_nothing = |_| async { Ok(()) };
         let read = tokio::select! {
             biased;
-            () = &mut shutting_down => {
-                let _ = tx.send(Incoming::Shutdown).await;
-                return;
+            () = &mut shutting_down, if !shutdown_told => {
+                shutdown_told = true;
+                if tx.send(Incoming::Shutdown).await.is_err() {
+                    return;
+                }
+                // Reading goes on: the connection task lingers for the
+                // peer's answer to its close frame.
+                continue;
             }
             read = reader.read_frame::<_, WebSocketError>(&mut send_nothing) => read,
         };
