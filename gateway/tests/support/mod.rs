@@ -278,9 +278,21 @@ impl Venue {
     // ----- HTTP --------------------------------------------------------------------
 
     fn run(&self, method: &str, url: &str, bearer: Option<&str>, body: Option<&[u8]>) -> Resp {
+        let authorization = bearer.map(|b| format!("Bearer {b}"));
+        self.send(method, url, authorization.as_deref(), body)
+    }
+
+    /// One request with `authorization` as the raw header value (or none).
+    fn send(
+        &self,
+        method: &str,
+        url: &str,
+        authorization: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> Resp {
         let mut request = ureq::http::Request::builder().method(method).uri(url);
-        if let Some(bearer) = bearer {
-            request = request.header("Authorization", format!("Bearer {bearer}"));
+        if let Some(value) = authorization {
+            request = request.header("Authorization", value);
         }
         let result = match body {
             Some(bytes) => {
@@ -320,34 +332,7 @@ impl Venue {
     /// A request to the public API with a raw `Authorization` header value
     /// (or none).
     pub fn call_raw_auth(&self, method: &str, path: &str, authorization: Option<&str>) -> Resp {
-        let url = format!("{}{path}", self.base);
-        let mut request = ureq::http::Request::builder().method(method).uri(&url);
-        if let Some(value) = authorization {
-            request = request.header("Authorization", value);
-        }
-        let mut response = self
-            .agent
-            .run(request.body(()).expect("request"))
-            .unwrap_or_else(|e| panic!("{url}: {e}"));
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        let content_type = header("content-type");
-        let retry_after = header("retry-after");
-        let status = response.status().as_u16();
-        let text = response.body_mut().read_to_string().expect("body");
-        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Resp {
-            status,
-            text,
-            body,
-            content_type,
-            retry_after,
-        }
+        self.send(method, &format!("{}{path}", self.base), authorization, None)
     }
 
     /// A request to the public API, `path` relative to `/v1`.
