@@ -26,7 +26,7 @@ use sequencer::types::AccountId;
 use sequencer::ErrorCode as ApiCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use super::protocol::{self, Command, ErrorCode, WsError};
 use super::publisher::{Control, Out, Sid};
@@ -182,9 +182,6 @@ async fn write_all(io: &mut WriteHalf<Stream>, bytes: &[u8]) -> bool {
 
 /// What the reader task hands the connection task.
 enum Incoming {
-    /// The server is shutting down (the reader task watches for it, so
-    /// the connection task's loop has one branch less to poll per batch).
-    Shutdown,
     Text(String),
     Binary,
     Ping(Vec<u8>),
@@ -194,39 +191,13 @@ enum Incoming {
     Broken(u16, &'static str),
 }
 
-async fn read_loop(
-    mut reader: Reader,
-    tx: mpsc::Sender<Incoming>,
-    shutdown: watch::Receiver<bool>,
-) {
+async fn read_loop(mut reader: Reader, tx: mpsc::Sender<Incoming>) {
     let mut partial: Option<(bool, Vec<u8>)> = None;
-    // One wait for the shutdown for the whole loop (a fresh `changed()`
-    // per frame would join and leave the watch's waiter list each time).
-    let shutting_down = async move {
-        let mut shutdown = shutdown;
-        if !*shutdown.borrow_and_update() {
-            let _ = shutdown.changed().await;
-        }
-    };
-    tokio::pin!(shutting_down);
-    let mut shutdown_told = false;
     loop {
-        // Auto-pong and auto-close are off: nothing is ever sent from here.
-        let mut send_nothing = |_| async { Ok(()) };
-        let read = tokio::select! {
-            biased;
-            () = &mut shutting_down, if !shutdown_told => {
-                shutdown_told = true;
-                if tx.send(Incoming::Shutdown).await.is_err() {
-                    return;
-                }
-                // Reading goes on: the connection task lingers for the
-                // peer's answer to its close frame.
-                continue;
-            }
-            read = reader.read_frame::<_, WebSocketError>(&mut send_nothing) => read,
-        };
-        let frame = match read {
+        let frame = match reader
+            .read_frame::<_, WebSocketError>(&mut |_| async { Ok(()) })
+            .await
+        {
             Ok(frame) => frame,
             Err(WebSocketError::FrameTooLarge) => {
                 let _ = tx.send(Incoming::TooBig).await;
@@ -364,7 +335,7 @@ async fn run(app: Arc<App>, fut: UpgradeFut, slot: Slot, auth: Option<Auth>, ip:
     // fastwebsockets refuses a frame of `max` bytes or more: 64 KB passes.
     reader.set_max_message_size(WS_MESSAGE_BYTES_MAX + 1);
     let (in_tx, mut in_rx) = mpsc::channel(8);
-    let read_task = tokio::spawn(read_loop(reader, in_tx, hub.shutdown_signal()));
+    let read_task = tokio::spawn(read_loop(reader, in_tx));
     let conn = hub.next_conn_id();
     let (out_tx, mut out_rx) = mpsc::channel(hub.settings.queue_capacity.max(1));
     hub.send(Control::Open {
@@ -475,21 +446,33 @@ impl Session {
             .ping_interval
             .max(Duration::from_millis(10));
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        let shutdown = self.hub.shutdown_signal();
         let mut last_seen = Instant::now();
         let mut batch: Vec<Out> = Vec::new();
+        if *shutdown.borrow() {
+            return self
+                .close(close::GOING_AWAY, "The server is shutting down.")
+                .await;
+        }
+        // One wait for the shutdown for the whole loop (a fresh `changed()`
+        // per wake-up would join and leave the watch's waiter list each time).
+        let shutting_down = async move {
+            let mut shutdown = shutdown;
+            let _ = shutdown.changed().await;
+        };
+        tokio::pin!(shutting_down);
         loop {
-            // Biased: the reader's news (shutdown, commands), then the ping
-            // (ready once an interval, so a busy data stream cannot starve
-            // it), then data.
+            // Biased: shutdown, then commands, then the ping (ready once an
+            // interval, so a busy data stream cannot starve it), then data.
             tokio::select! {
                 biased;
+                () = &mut shutting_down => {
+                    return self.close(close::GOING_AWAY, "The server is shutting down.").await;
+                }
                 incoming = in_rx.recv() => {
                     let Some(incoming) = incoming else { return End::Gone };
                     last_seen = Instant::now();
                     match incoming {
-                        Incoming::Shutdown => {
-                            return self.close(close::GOING_AWAY, "The server is shutting down.").await;
-                        }
                         Incoming::Text(text) => {
                             if !self.bucket.take() {
                                 return self.close(close::POLICY, &format!(
