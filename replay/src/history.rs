@@ -9,7 +9,8 @@
 //! - `fills.dat`: one slot of [`FILL_SLOT`] bytes per fill id: the fill and
 //!   the id of the account's fill evicted before it, so an account's fills
 //!   page newest first by following the chain.
-//! - `trades.dat`: each settled market's trades as one record, appended;
+//! - `trades.dat`: each settled market's trades as one record, appended
+//!   (once: a record already in place for the market is kept);
 //!   `trades.idx`: one slot of 16 bytes per market id: where its record is.
 //! - `tickers.dat`: one slot of [`TICKER_SLOT`] bytes per market id: its
 //!   ticker (written at listing), so a reader can show a stored order's or
@@ -132,16 +133,24 @@ fn decode_err(what: &str, e: RkyvError) -> io::Error {
 
 /// Reads exactly `buf.len()` bytes at `at`; `false` when the file ends first.
 fn read_full(file: &File, buf: &mut [u8], at: u64) -> io::Result<bool> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], at + done as u64) {
-            Ok(0) => return Ok(false),
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+    match file.read_exact_at(buf, at) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
     }
-    Ok(true)
+}
+
+/// Where market `market`'s slot of `size` bytes is in a per-market file.
+fn market_slot(market: MarketId, size: usize) -> u64 {
+    u64::from(market) * size as u64
+}
+
+/// The seq recorded in `dir`'s `synced` file (0 when there is none).
+fn synced_through(dir: &Path) -> u64 {
+    fs::read(dir.join("synced"))
+        .ok()
+        .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)))
+        .unwrap_or(0)
 }
 
 impl History {
@@ -169,18 +178,15 @@ impl History {
             sent: AtomicU64::new(0),
             written: Mutex::new(0),
             written_cv: Condvar::new(),
-            synced: AtomicU64::new(Self::synced_through(dir)),
+            synced: AtomicU64::new(synced_through(dir)),
             failed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    /// The seq through which the store in `dir` is known to be on disk
-    /// (0 when there is no store).
-    pub fn synced_through(dir: &Path) -> u64 {
-        fs::read(dir.join("synced"))
-            .ok()
-            .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)))
-            .unwrap_or(0)
+    /// The seq through which the store is known to be on disk (0 for a
+    /// new store): a snapshot past it may not start the node.
+    pub fn synced(&self) -> u64 {
+        self.synced.load(Ordering::Acquire)
     }
 
     /// The folder of the store.
@@ -201,7 +207,7 @@ impl History {
                 Event::MarketListed { market, ticker, .. } => {
                     self.tickers.write_all_at(
                         &frame(ticker.as_bytes(), Some(TICKER_SLOT))?,
-                        u64::from(*market) * TICKER_SLOT as u64,
+                        market_slot(*market, TICKER_SLOT),
                     )?;
                 }
                 _ => {}
@@ -212,7 +218,7 @@ impl History {
 
     /// A market's ticker; `None` when the store does not hold it.
     pub fn ticker(&self, market: MarketId) -> io::Result<Option<String>> {
-        let at = u64::from(market) * TICKER_SLOT as u64;
+        let at = market_slot(market, TICKER_SLOT);
         Ok(Self::slot_at(&self.tickers, at, TICKER_SLOT, "ticker")?
             .map(|b| String::from_utf8_lossy(&b).into_owned()))
     }
@@ -245,6 +251,17 @@ impl History {
                     rkyv::to_bytes::<RkyvError>(trades).map_err(|e| decode_err("trades", e))?;
                 let record = frame(&bytes, None)?;
                 let mut end = self.trades_end.lock().expect("trades end");
+                // A replay stores the same record again: it is kept where
+                // it is, so the file does not grow at every restart.
+                if let Some((at, len)) = self.trades_record(*market)? {
+                    let mut stored = vec![0u8; len];
+                    if len == record.len()
+                        && read_full(&self.trades, &mut stored, at)?
+                        && stored == record
+                    {
+                        return Ok(());
+                    }
+                }
                 let at = *end;
                 self.trades.write_all_at(&record, at)?;
                 *end += record.len() as u64;
@@ -252,7 +269,7 @@ impl History {
                 slot[0..8].copy_from_slice(&(at + 1).to_le_bytes());
                 slot[8..16].copy_from_slice(&(record.len() as u64).to_le_bytes());
                 self.trades_idx
-                    .write_all_at(&slot, u64::from(*market) * INDEX_SLOT as u64)
+                    .write_all_at(&slot, market_slot(*market, INDEX_SLOT))
             }
         }
     }
@@ -417,14 +434,11 @@ impl History {
         Ok((items, None))
     }
 
-    /// A settled market's trades, oldest first; `None` when not stored.
-    pub fn trades(&self, market: MarketId) -> io::Result<Option<Vec<Trade>>> {
+    /// Where a market's trades record is in `trades.dat` and its length;
+    /// `None` when the index has none.
+    fn trades_record(&self, market: MarketId) -> io::Result<Option<(u64, usize)>> {
         let mut slot = [0u8; INDEX_SLOT];
-        if !read_full(
-            &self.trades_idx,
-            &mut slot,
-            u64::from(market) * INDEX_SLOT as u64,
-        )? {
+        if !read_full(&self.trades_idx, &mut slot, market_slot(market, INDEX_SLOT))? {
             return Ok(None);
         }
         let at = u64::from_le_bytes(slot[0..8].try_into().expect("8 bytes"));
@@ -433,8 +447,16 @@ impl History {
             return Ok(None);
         }
         let len = usize::try_from(len).map_err(io::Error::other)?;
+        Ok(Some((at - 1, len)))
+    }
+
+    /// A settled market's trades, oldest first; `None` when not stored.
+    pub fn trades(&self, market: MarketId) -> io::Result<Option<Vec<Trade>>> {
+        let Some((at, len)) = self.trades_record(market)? else {
+            return Ok(None);
+        };
         let mut buf = vec![0u8; len];
-        if len < SLOT_HEAD || !read_full(&self.trades, &mut buf, at - 1)? {
+        if len < SLOT_HEAD || !read_full(&self.trades, &mut buf, at)? {
             return Err(io::Error::other(format!(
                 "history trades of market {market}: record cut short"
             )));
@@ -580,10 +602,34 @@ mod tests {
         // Reopened, the store reads the same and appends after its end.
         history.sync(42).expect("sync");
         drop(history);
-        assert_eq!(History::synced_through(dir.path()), 42);
         let history = History::open(dir.path()).expect("reopen");
+        assert_eq!(history.synced(), 42);
         assert_eq!(history.order(5).expect("read"), Some(order(5)));
-        assert_eq!(history.trades(4).expect("read"), Some(trades));
+        assert_eq!(history.trades(4).expect("read"), Some(trades.clone()));
+        // A replay after a restart stores the same records again: same
+        // bytes in place, and the trades file does not grow.
+        let trades_len = || fs::metadata(dir.path().join("trades.dat")).unwrap().len();
+        let before = trades_len();
+        history.store(&Evicted::Order(order(5))).expect("store");
+        history
+            .store(&Evicted::Trades {
+                market: 4,
+                trades: trades.clone(),
+            })
+            .expect("store");
+        assert_eq!(trades_len(), before);
+        assert_eq!(history.trades(4).expect("read"), Some(trades.clone()));
+        // Different trades for the market (never from one journal) take a
+        // new record, and the index follows it.
+        let fewer: Vec<Trade> = Vec::new();
+        history
+            .store(&Evicted::Trades {
+                market: 4,
+                trades: fewer.clone(),
+            })
+            .expect("store");
+        assert!(trades_len() > before);
+        assert_eq!(history.trades(4).expect("read"), Some(fewer));
     }
 
     /// Paging through more stored fills than one scan looks at reaches

@@ -20,4 +20,4 @@ pub mod rebuild;
 pub mod snapshot;
 
 pub use node::{Node, NodeConfig, NodeError, SnapshotJob};
-pub use rebuild::{replay, replay_bounded, replay_with, ReplayError, ReplayOutcome, Until};
+pub use rebuild::{replay, replay_with, ReplayError, ReplayOutcome, Until};

@@ -164,9 +164,9 @@ impl HistoryFeed {
         }
     }
 
-    /// Waits for what was sent, then makes it durable as of `seq`.
-    fn sync(&self, sent: u64, seq: u64) -> Result<(), NodeError> {
-        sync_history(&self.store, sent, seq)
+    /// Waits for everything sent so far, then makes it durable as of `seq`.
+    fn sync(&self, seq: u64) -> Result<(), NodeError> {
+        sync_history(&self.store, self.store.sent(), seq)
     }
 }
 
@@ -233,10 +233,7 @@ impl Node {
             )?))),
             None => None,
         };
-        let snapshot_max = match &config.history_dir {
-            Some(dir) => History::synced_through(dir),
-            None => u64::MAX,
-        };
+        let snapshot_max = history.as_ref().map_or(u64::MAX, |f| f.store.synced());
         let outcome = replay_bounded(
             &journal_dir,
             config.snapshot_dir.as_deref(),
@@ -249,7 +246,7 @@ impl Node {
             },
         )?;
         if let Some(feed) = &history {
-            feed.sync(feed.store.sent(), outcome.state.last_seq)?;
+            feed.sync(outcome.state.last_seq)?;
         }
         let report = OpenReport {
             recovery,
@@ -403,7 +400,7 @@ impl Node {
         };
         self.journal.sync()?;
         if let Some(feed) = &self.history {
-            feed.sync(feed.store.sent(), self.state.last_seq)?;
+            feed.sync(self.state.last_seq)?;
         }
         Ok(Some(snapshot::write(&dir, &mut self.state)?))
     }

@@ -76,7 +76,7 @@ pub fn replay_with(
 
 /// Like [`replay_with`], starting from no snapshot past `snapshot_max`
 /// (the node's history store holds what was evicted only that far).
-pub fn replay_bounded(
+pub(crate) fn replay_bounded(
     journal_dir: &Path,
     snapshot_dir: Option<&Path>,
     snapshot_max: u64,
