@@ -89,7 +89,7 @@ pub struct ServerConfig {
     pub snapshot_every: u64,
     /// How long ended orders, fills and settled markets' books and trades
     /// stay in memory before they move to the history store, in seconds
-    /// (at least 60). The order list shows the last 24 hours only with at
+    /// (at least 1). The order list shows the last 24 hours only with at
     /// least 86400, the default; shorter is for practice venues and soaks.
     pub history_tail_secs: u64,
     /// Start even when the journal is damaged in the middle, cutting it back

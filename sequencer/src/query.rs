@@ -330,15 +330,22 @@ impl State {
             });
             return Ok(page);
         }
-        let end = match cursor {
-            Some(c) => market.trades.partition_point(|t| t.trade_id < c),
-            None => market.trades.len(),
-        };
-        let start = end.saturating_sub(limit);
-        let items: Vec<Trade> = market.trades[start..end].iter().rev().copied().collect();
-        let last = items.last().map(|t| t.trade_id);
-        Ok(page(items, start > 0, last))
+        Ok(trades_page(&market.trades, limit, cursor))
     }
+}
+
+/// A page of a market's trades (`trades` oldest first): up to `limit`,
+/// newest first, older than `cursor`; the live state's and the history
+/// store's alike.
+pub fn trades_page(trades: &[Trade], limit: usize, cursor: Option<u64>) -> Page<Trade> {
+    let end = match cursor {
+        Some(c) => trades.partition_point(|t| t.trade_id < c),
+        None => trades.len(),
+    };
+    let start = end.saturating_sub(limit);
+    let items: Vec<Trade> = trades[start..end].iter().rev().copied().collect();
+    let last = items.last().map(|t| t.trade_id);
+    page(items, start > 0, last)
 }
 
 /// The answer for an order that is not the caller's, or not at all.

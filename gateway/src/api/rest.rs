@@ -269,18 +269,10 @@ impl App {
         ip: IpAddr,
         read: impl FnOnce(&sequencer::State, KeyIdx) -> Answer + Send + 'static,
     ) -> Response {
-        let caller = match self.caller(headers, ip, false) {
-            Ok(c) => c,
-            Err(e) => return e.into_response(),
-        };
-        respond(
-            self.submitter
-                .read(
-                    Some(caller),
-                    Box::new(move |state, key| read(state, key.expect("authenticated"))),
-                )
-                .await,
-        )
+        self.keyed_read_history(headers, ip, move |state, key| {
+            Ok(ReadOut::Done(read(state, key)))
+        })
+        .await
     }
 
     /// A keyed read whose answer may go on in the history store.
@@ -366,11 +358,8 @@ impl App {
         &self,
         read: impl FnOnce(&sequencer::State) -> Answer + Send + 'static,
     ) -> Response {
-        respond(
-            self.submitter
-                .read(None, Box::new(move |state, _| read(state)))
-                .await,
-        )
+        self.public_read_history(move |state| Ok(ReadOut::Done(read(state))))
+            .await
     }
 }
 
@@ -393,14 +382,20 @@ async fn read_unread_body(request: Request) -> Request {
         return request;
     }
     let (parts, body) = request.into_parts();
-    match tokio::time::timeout(Duration::from_secs(1), to_bytes(body, BODY_BYTES_MAX)).await {
-        Ok(Ok(bytes)) => Request::from_parts(parts, Body::from(bytes)),
-        // A body over the limit, or one that trickles in slower than that:
-        // the request goes on without it (no handler here reads one, so
-        // the answer is what it would have been), and the server closes
-        // the connection after answering.
-        Ok(Err(_)) | Err(_) => Request::from_parts(parts, Body::empty()),
-    }
+    // A body over the limit, or one too slow: the request goes on without
+    // it (no handler here reads one, so the answer is what it would have
+    // been), and the server closes the connection after answering.
+    let body = drain(body).await.map_or_else(Body::empty, Body::from);
+    Request::from_parts(parts, body)
+}
+
+/// Reads a whole body, up to [`BODY_BYTES_MAX`] and for at most a second;
+/// `None` past either.
+async fn drain(body: Body) -> Option<axum::body::Bytes> {
+    tokio::time::timeout(Duration::from_secs(1), to_bytes(body, BODY_BYTES_MAX))
+        .await
+        .ok()?
+        .ok()
 }
 
 /// The refusal of a body over [`BODY_BYTES_MAX`].
@@ -417,7 +412,7 @@ const ORDER_ENTRY_PATH: &str = "/v1/portfolio/orders";
 /// connection for its next request then sees it drop instead of an answer.
 /// Refused callers keep their connection like everyone else.
 async fn refuse_after_body(body: Body, e: ApiError) -> Response {
-    let _ = tokio::time::timeout(Duration::from_secs(1), to_bytes(body, BODY_BYTES_MAX)).await;
+    drain(body).await;
     e.into_response()
 }
 
@@ -853,15 +848,13 @@ async fn trades(State(app): Shared, TickerParam(ticker): TickerParam, uri: Uri) 
                 .trades(market)
                 .map_err(history_failed)?
                 .ok_or_else(|| history_missing(format!("the trades of market {market}")))?;
-            let end = cursor_in.map_or(all.len(), |c| all.partition_point(|t| t.trade_id < c));
-            let start = end.saturating_sub(rest.wanted);
-            let trades: Vec<Value> = all[start..end]
+            let page = sequencer::query::trades_page(&all, rest.wanted, cursor_in);
+            let trades: Vec<Value> = page
+                .items
                 .iter()
-                .rev()
                 .map(|t| json::trade_in(&ticker, t))
                 .collect();
-            let next = (start > 0).then(|| all[start].trade_id);
-            Ok(json!({ "trades": trades, "cursor": cursor(next) }))
+            Ok(json!({ "trades": trades, "cursor": cursor(page.cursor) }))
         })))
     })
     .await
