@@ -130,59 +130,16 @@ fn is_no_space(e: &io::Error) -> bool {
     ) || matches!(e.raw_os_error(), Some(28) | Some(122))
 }
 
-/// Creates segment `index` with its header, fully backed by disk blocks, and
-/// makes both its content and its directory entry durable. Returns the open
-/// file, ready to be mapped.
+/// A new segment, built ahead of its roll on another thread (or at the roll
+/// when none was): created under its temporary name, preallocated, synced
+/// and mapped (pages populated), with no header yet; [`Prepared::finish`]
+/// writes the header, makes it durable and renames the file into place, so
+/// a reader never sees a half-made segment.
 ///
-/// The file is built under a temporary name and renamed into place only when
-/// complete, so a reader never sees a half-made segment. `set_len` alone
-/// makes a sparse file on Linux; a later store into a hole on a full disk
-/// would raise SIGBUS. Writing one byte per page makes the file system
-/// allocate every block now, so a full disk surfaces here as `NoSpace`.
-pub(crate) fn create_segment(
-    dir: &Path,
-    index: u64,
-    first_seq: u64,
-    segment_bytes: u64,
-) -> Result<File, JournalError> {
-    let final_path = segment_path(dir, index);
-    let temp_path = dir.join(format!("{index:020}{TEMP_EXT}"));
-    let result = build_segment(&temp_path, index, first_seq, segment_bytes);
-    let file = match result {
-        Ok(file) => file,
-        Err(err) => {
-            // Best effort: the temporary file is garbage either way, and the
-            // next open removes it if this removal fails too. Removing it
-            // also gives the space back.
-            let _ = fs::remove_file(&temp_path);
-            return Err(match err {
-                // Name the segment as the operator will look for it.
-                JournalError::NoSpace { source, .. } => JournalError::NoSpace {
-                    path: final_path,
-                    source,
-                },
-                other => other,
-            });
-        }
-    };
-    fs::rename(&temp_path, &final_path).map_err(|e| {
-        JournalError::io(
-            format!(
-                "renaming {} to {}",
-                temp_path.display(),
-                final_path.display()
-            ),
-            e,
-        )
-    })?;
-    sync_dir(dir)?;
-    Ok(file)
-}
-
-/// A segment built ahead of its roll, on another thread: created under its
-/// temporary name, preallocated, synced and mapped (pages populated), with
-/// no header yet: [`Prepared::finish`] writes the header, makes it durable
-/// and renames the file into place at the roll.
+/// `set_len` alone makes a sparse file on Linux; a later store into a hole
+/// on a full disk would raise SIGBUS. Writing one byte per page makes the
+/// file system allocate every block now, so a full disk surfaces here as
+/// `NoSpace`, naming the segment as the operator will look for it.
 pub(crate) struct Prepared {
     pub index: u64,
     temp: PathBuf,
@@ -191,17 +148,22 @@ pub(crate) struct Prepared {
 }
 
 /// Builds segment `index` of `segment_bytes` under its temporary name (see
-/// [`Prepared`]). On failure the temporary file is removed.
+/// [`Prepared`]); `paced` for one built ahead (see [`build_body`]). On
+/// failure the temporary file is removed.
 pub(crate) fn prepare_segment(
     dir: &Path,
     index: u64,
     segment_bytes: u64,
+    paced: bool,
 ) -> Result<Prepared, JournalError> {
     let temp = dir.join(format!("{index:020}{TEMP_EXT}"));
-    let built = build_body(&temp, segment_bytes, &[0u8], true).and_then(|file| {
+    let built = build_body(&temp, segment_bytes, paced).and_then(|file| {
         // SAFETY: `build_body` preallocated the whole file and synced it; it
         // is never shrunk, so every mapped byte is backed. Nothing else maps
-        // it until it is renamed into place by the only writer.
+        // it until it is renamed into place by the only writer. The mapping
+        // is populated up front (MAP_POPULATE): a segment is written front
+        // to back, and taking every page fault here keeps them off the
+        // append path.
         let map = unsafe { memmap2::MmapOptions::new().populate().map_mut(&file) }
             .map_err(|e| JournalError::io(format!("mapping new segment {}", temp.display()), e))?;
         Ok((file, map))
@@ -214,16 +176,26 @@ pub(crate) fn prepare_segment(
             map,
         }),
         Err(e) => {
+            // Best effort: the temporary file is garbage either way, and the
+            // next open removes it if this removal fails too. Removing it
+            // also gives the space back.
             let _ = fs::remove_file(&temp);
-            Err(e)
+            Err(match e {
+                // Name the segment as the operator will look for it.
+                JournalError::NoSpace { source, .. } => JournalError::NoSpace {
+                    path: segment_path(dir, index),
+                    source,
+                },
+                other => other,
+            })
         }
     }
 }
 
 impl Prepared {
     /// Writes the header (first seq known now), makes it durable, renames
-    /// the file into place and makes the name durable: the same state as
-    /// [`create_segment`] leaves, with only one page left to sync here.
+    /// the file into place and makes the name durable: only one page is
+    /// left to sync here.
     pub(crate) fn finish(
         mut self,
         dir: &Path,
@@ -276,28 +248,12 @@ impl Prepared {
     }
 }
 
-fn build_segment(
-    path: &Path,
-    index: u64,
-    first_seq: u64,
-    segment_bytes: u64,
-) -> Result<File, JournalError> {
-    let header = SegmentHeader {
-        index,
-        first_seq,
-        segment_bytes,
-    }
-    .encode();
-    build_body(path, segment_bytes, &header, false)
-}
-
 /// Bytes of a segment prepared ahead that are written back to disk at a
 /// time (see [`build_body`]).
 const PACE_BYTES: u64 = 1 << 20;
 
-/// A new file of `segment_bytes` with every block allocated and `head` at
-/// its start (the header, or a zero for a segment prepared ahead, whose
-/// header is written at the roll), synced.
+/// A new file of `segment_bytes`, zeros with every block allocated, synced
+/// (its header is written at [`Prepared::finish`]).
 ///
 /// `paced` (a segment prepared ahead, in the background): the blocks are
 /// written back [`PACE_BYTES`] at a time, each synced before the next are
@@ -305,12 +261,7 @@ const PACE_BYTES: u64 = 1 << 20;
 /// disk at once, and every group-commit sync of the active segment issued
 /// meanwhile (its cache flush waits for the writes in flight) stalls
 /// behind it; paced, a commit waits for at most one step.
-fn build_body(
-    path: &Path,
-    segment_bytes: u64,
-    head: &[u8],
-    paced: bool,
-) -> Result<File, JournalError> {
+fn build_body(path: &Path, segment_bytes: u64, paced: bool) -> Result<File, JournalError> {
     let ctx = |what: &str| format!("{what} new segment {}", path.display());
     let wrap = |what: &str, e: io::Error| {
         if is_no_space(&e) {
@@ -330,9 +281,7 @@ fn build_body(
         .open(path)
         .map_err(|e| wrap("creating", e))?;
     file.set_len(segment_bytes).map_err(|e| wrap("sizing", e))?;
-    file.write_all_at(head, 0)
-        .map_err(|e| wrap("writing the head of", e))?;
-    let mut at = PREALLOC_STEP;
+    let mut at = 0;
     while at < segment_bytes {
         file.write_all_at(&[0u8], at)
             .map_err(|e| wrap("preallocating", e))?;
@@ -363,7 +312,10 @@ mod tests {
     #[test]
     fn created_segment_has_header_and_full_length() {
         let dir = tempfile::tempdir().unwrap();
-        let file = create_segment(dir.path(), 5, 77, 16384).unwrap();
+        let (file, _) = prepare_segment(dir.path(), 5, 16384, false)
+            .unwrap()
+            .finish(dir.path(), 77, 16384)
+            .unwrap();
         assert_eq!(file.metadata().unwrap().len(), 16384);
         let h = read_header(&segment_path(dir.path(), 5)).unwrap();
         assert_eq!(
@@ -392,7 +344,7 @@ mod tests {
     fn a_paced_segment_is_whole_and_zero() {
         let dir = tempfile::tempdir().unwrap();
         let bytes = 2 * PACE_BYTES + 3 * PREALLOC_STEP;
-        let prepared = prepare_segment(dir.path(), 4, bytes).unwrap();
+        let prepared = prepare_segment(dir.path(), 4, bytes, true).unwrap();
         assert_eq!(prepared.file.metadata().unwrap().len(), bytes);
         assert!(prepared.map.iter().all(|&b| b == 0));
         assert!(list_segments(dir.path()).unwrap().is_empty());

@@ -14,7 +14,7 @@ use crate::format::{
     SEAL_MARKER, SEGMENT_HEADER_LEN,
 };
 use crate::scan::{cut, scan, TailCut};
-use crate::segment::{create_segment, prepare_segment, remove_temp_files, sync_dir, Prepared};
+use crate::segment::{prepare_segment, remove_temp_files, sync_dir, Prepared};
 
 /// Default size of a segment file: 256 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 256 * 1024 * 1024;
@@ -120,25 +120,14 @@ pub struct Journal {
     preparing: Option<Preparing>,
 }
 
-/// A segment being built on its own thread.
-struct Preparing {
-    index: u64,
-    rx: std::sync::mpsc::Receiver<Result<Prepared, JournalError>>,
-    thread: std::thread::JoinHandle<()>,
-}
+/// A segment being built on its own thread; joining it gives the result
+/// and leaves no thread behind.
+type Preparing = std::thread::JoinHandle<Result<Prepared, JournalError>>;
 
-impl Preparing {
-    /// Waits for the thread and its result (`None` if it failed).
-    fn finish(self) -> Option<(u64, Prepared)> {
-        let result = self.rx.recv();
-        // The thread ends right after it sends; joining it leaves nothing
-        // of it behind (no thread outliving the journal).
-        let _ = self.thread.join();
-        match result {
-            Ok(Ok(prepared)) => Some((self.index, prepared)),
-            _ => None,
-        }
-    }
+/// The prepared segment, waiting for its thread if it is still at work;
+/// `None` when its preparation failed.
+fn finish(preparing: Preparing) -> Option<Prepared> {
+    preparing.join().ok()?.ok()
 }
 
 impl std::fmt::Debug for Journal {
@@ -527,25 +516,13 @@ impl Journal {
         }
         let index = self.next_index;
         let path = crate::segment::segment_path(&self.dir, index);
-        let (file, map) = match self.take_prepared(index) {
-            Some(prepared) => prepared.finish(&self.dir, first_seq, self.segment_bytes)?,
-            None => {
-                // Nothing prepared (or its preparation failed: doing it here
-                // reports the failure as the roll's, naming the segment).
-                let file = create_segment(&self.dir, index, first_seq, self.segment_bytes)?;
-                // SAFETY: `create_segment` preallocated the whole file and
-                // synced it; it is never shrunk, so every mapped byte is
-                // backed. This is the only writer; readers map it read-only.
-                // The mapping is populated up front (MAP_POPULATE): a new
-                // segment is written front to back, and taking every page
-                // fault here, once per segment, keeps them off the append path.
-                let map = unsafe { memmap2::MmapOptions::new().populate().map_mut(&file) }
-                    .map_err(|e| {
-                        JournalError::io(format!("mapping segment {}", path.display()), e)
-                    })?;
-                (file, map)
-            }
+        // Nothing prepared (or its preparation failed): built here, unpaced,
+        // which reports a failure as the roll's, naming the segment.
+        let prepared = match self.take_prepared(index) {
+            Some(prepared) => prepared,
+            None => prepare_segment(&self.dir, index, self.segment_bytes, false)?,
         };
+        let (file, map) = prepared.finish(&self.dir, first_seq, self.segment_bytes)?;
         self.next_index = index + 1;
         self.active = Some(Active {
             index,
@@ -560,36 +537,27 @@ impl Journal {
     }
 
     /// Starts building the segment the next roll will need, on its own
-    /// thread, unless one is already being built.
+    /// thread (called at open and after each roll, when none is being
+    /// built).
     fn prepare_next(&mut self) {
+        debug_assert!(self.preparing.is_none());
         let index = match &self.active {
             Some(a) => a.index + 1,
             None => self.next_index,
         };
-        if self.preparing.as_ref().is_some_and(|p| p.index == index) {
-            return;
-        }
-        if let Some((_, stale)) = self.preparing.take().and_then(Preparing::finish) {
-            stale.discard();
-        }
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let (dir, bytes) = (self.dir.clone(), self.segment_bytes);
-        let started = std::thread::Builder::new()
-            .name("journal-prepare".into())
-            .spawn(move || {
-                let _ = tx.send(prepare_segment(&dir, index, bytes));
-            });
         // Without a thread the roll builds the segment itself.
-        if let Ok(thread) = started {
-            self.preparing = Some(Preparing { index, rx, thread });
-        }
+        self.preparing = std::thread::Builder::new()
+            .name("journal-prepare".into())
+            .spawn(move || prepare_segment(&dir, index, bytes, true))
+            .ok();
     }
 
     /// The prepared segment `index`, waiting for its thread if it is still
     /// at work; `None` when none was prepared or its preparation failed.
     fn take_prepared(&mut self, index: u64) -> Option<Prepared> {
-        let (prepared_index, prepared) = self.preparing.take()?.finish()?;
-        if prepared_index == index {
+        let prepared = finish(self.preparing.take()?)?;
+        if prepared.index == index {
             Some(prepared)
         } else {
             prepared.discard();
@@ -602,7 +570,7 @@ impl Drop for Journal {
     /// A segment still being prepared is removed once built (a crash
     /// leaves it under its temporary name, which the next open removes).
     fn drop(&mut self) {
-        if let Some((_, prepared)) = self.preparing.take().and_then(Preparing::finish) {
+        if let Some(prepared) = self.preparing.take().and_then(finish) {
             prepared.discard();
         }
     }
@@ -823,7 +791,9 @@ mod tests {
         }
         j.commit().unwrap();
         // The segment after the active one is being built, or built.
-        assert_eq!(j.preparing.as_ref().map(|p| p.index), Some(4));
+        let next = finish(j.preparing.take().expect("being built")).expect("built");
+        assert_eq!(next.index, 4);
+        next.discard();
         drop(j);
         for index in 0..4u64 {
             let header =
