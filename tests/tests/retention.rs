@@ -68,8 +68,7 @@ fn ended_orders_and_fills_leave_after_the_tail_and_resting_ones_stay() {
     assert_eq!(v.state.orders.kept_len(), 0);
 
     // Past it the ended orders and the fills leave; the resting one stays.
-    v.now += 200;
-    v.run(Command::Tick);
+    v.advance(200);
     let gone = evicted(&v.events);
     let gone_orders: Vec<u64> = gone
         .iter()
