@@ -1490,12 +1490,8 @@ fn a_refused_request_keeps_the_connection() {
     use std::io::Write;
     let v = Venue::start();
     let m = v.open_market(SERIES_A);
-    let addr = v
-        .base
-        .trim_start_matches("http://")
-        .trim_end_matches("/v1")
-        .to_string();
-    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+    let addr = v.addr();
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");

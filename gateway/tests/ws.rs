@@ -37,15 +37,6 @@ struct Client {
     strict: bool,
 }
 
-fn ws_addr(venue: &Venue) -> SocketAddr {
-    venue
-        .base
-        .trim_start_matches("http://")
-        .trim_end_matches("/v1")
-        .parse()
-        .expect("address")
-}
-
 /// Upgrades with extra headers; the HTTP status and body when refused.
 fn try_connect(addr: SocketAddr, headers: &[(&str, &str)]) -> Result<Client, (u16, Value)> {
     let stream = TcpStream::connect(addr).expect("connect");
@@ -418,7 +409,7 @@ fn fast_orders(config: &mut gateway::ServerConfig) {
 #[test]
 fn books_rebuilt_from_snapshot_and_deltas_match_rest_under_random_trading() {
     let venue = Venue::start_with(fast_orders);
-    let addr = ws_addr(&venue);
+    let addr = venue.addr();
     let market = venue.open_market(SERIES_A);
     let traders: Vec<Trader> = (0..3).map(|_| venue.trader("100000")).collect();
 
@@ -557,7 +548,7 @@ fn a_gap_from_a_full_queue_is_recovered_with_get_snapshot() {
         fast_orders(c);
         c.ws_queue_capacity = 1;
     });
-    let addr = ws_addr(&venue);
+    let addr = venue.addr();
     let market = venue.open_market(SERIES_A);
     let trader = venue.trader("100000");
     let mut client = connect(addr);
@@ -676,7 +667,7 @@ fn the_publishers_counters_are_on_metrics_and_move() {
     let before = ws_metrics(&venue);
     assert_eq!(before.keys().map(String::as_str).collect::<Vec<_>>(), names);
     assert_eq!(before["updown_ws_connections"], 0, "{before:?}");
-    let addr = ws_addr(&venue);
+    let addr = venue.addr();
     let market = venue.open_market(SERIES_A);
     let trader = venue.trader("100000");
     let mut client = connect(addr);
@@ -740,7 +731,7 @@ fn the_publishers_counters_are_on_metrics_and_move() {
 #[test]
 fn subscriptions_are_listed_updated_and_removed_and_prices_stream() {
     let venue = Venue::start();
-    let addr = ws_addr(&venue);
+    let addr = venue.addr();
     let market_a = venue.open_market(SERIES_A);
     let market_b = venue.open_market(SERIES_B);
     let mut c = connect(addr);
@@ -979,7 +970,7 @@ fn a_series_subscription_follows_a_new_window_through_open_closed_and_settled() 
 #[test]
 fn private_channels_need_a_key_and_carry_only_the_accounts_own_events() {
     let venue = Venue::start();
-    let addr = ws_addr(&venue);
+    let addr = venue.addr();
     let market = venue.open_market(SERIES_A);
     let alice = venue.trader("1000");
     let bob = venue.trader("1000");
@@ -1089,7 +1080,7 @@ fn private_channels_need_a_key_and_carry_only_the_accounts_own_events() {
 #[test]
 fn a_revoked_key_closes_its_connection_within_a_ping() {
     let venue = Venue::start_with(|c| c.ws_ping_interval_ms = 200);
-    let addr = ws_addr(&venue);
+    let addr = venue.addr();
     let trader = venue.trader("100");
     let mut c = connect_with_key(addr, trader.key.as_str());
     c.subscribe(1, &["balance"], json!({}));
@@ -1102,7 +1093,7 @@ fn a_revoked_key_closes_its_connection_within_a_ping() {
 #[test]
 fn flooding_commands_closes_with_1008() {
     let venue = Venue::start();
-    let mut c = connect(ws_addr(&venue));
+    let mut c = connect(venue.addr());
     for id in 0..40 {
         c.send(&json!({ "id": id, "cmd": "list_subscriptions" }));
     }
@@ -1112,7 +1103,7 @@ fn flooding_commands_closes_with_1008() {
 #[test]
 fn a_message_over_64_kb_closes_with_1009_and_one_of_64_kb_is_taken() {
     let venue = Venue::start();
-    let addr = ws_addr(&venue);
+    let addr = venue.addr();
     let mut c = connect(addr);
     let command = r#"{"id":1,"cmd":"list_subscriptions","params":{}}"#;
     let exact = format!("{command}{}", " ".repeat(64 * 1024 - command.len()));
@@ -1127,7 +1118,7 @@ fn a_message_over_64_kb_closes_with_1009_and_one_of_64_kb_is_taken() {
 #[test]
 fn tickers_subscriptions_and_connections_are_bounded() {
     let venue = Venue::start();
-    let addr = ws_addr(&venue);
+    let addr = venue.addr();
     let market = venue.open_market(SERIES_A);
     let mut c = connect(addr);
     // 100 tickers pass, 101 do not; 64 symbols pass, 65 do not.
@@ -1213,7 +1204,7 @@ fn tickers_subscriptions_and_connections_are_bounded() {
 #[test]
 fn a_silent_connection_is_closed_and_a_live_one_is_pinged() {
     let venue = Venue::start_with(|c| c.ws_ping_interval_ms = 200);
-    let addr = ws_addr(&venue);
+    let addr = venue.addr();
     let mut silent = connect(addr);
     let mut live = connect(addr);
     // The live client reads (and so answers pings) for a while.
@@ -1235,7 +1226,7 @@ fn a_silent_connection_is_closed_and_a_live_one_is_pinged() {
 #[test]
 fn shutdown_closes_every_connection_with_1001() {
     let mut venue = Venue::start();
-    let addr = ws_addr(&venue);
+    let addr = venue.addr();
     let mut idle = connect(addr);
     let mut talking = connect(addr);
     assert_eq!(
@@ -1251,7 +1242,7 @@ fn shutdown_closes_every_connection_with_1001() {
 #[test]
 fn any_origin_is_accepted_and_a_plain_get_is_refused() {
     let venue = Venue::start();
-    let addr = ws_addr(&venue);
+    let addr = venue.addr();
     let mut c = try_connect(addr, &[("Origin", "https://elsewhere.example")]).expect("any Origin");
     assert_eq!(c.cmd(1, "list_subscriptions", json!({}))["type"], "ok");
     let resp = venue.get("/ws", None);

@@ -487,6 +487,15 @@ impl Venue {
     }
 
     /// The server's data directory (for restarts).
+    /// The public listener's address.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.base
+            .trim_start_matches("http://")
+            .trim_end_matches("/v1")
+            .parse()
+            .expect("address")
+    }
+
     pub fn data_dir(&self) -> &std::path::Path {
         self.dir.path()
     }
