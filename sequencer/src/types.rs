@@ -16,6 +16,12 @@ pub type AccountId = u32;
 pub type KeyIdx = u32;
 /// Index of a market.
 pub type MarketId = u32;
+/// A market id no window is ever given (ids count up from 0): the
+/// gateway's stand-in for a ticker that was never listed, so that an order
+/// naming one meets every check in the order of precedence (permission,
+/// idempotency, pause, ...) and is refused as not on the order book only
+/// where any unopened market would be.
+pub const UNLISTED_MARKET: MarketId = MarketId::MAX;
 /// Index of a series.
 pub type SeriesId = u32;
 /// Order number, assigned in sequence from 1.

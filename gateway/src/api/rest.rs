@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use replay::history::History;
 use sequencer::limits::{FILLS_LIMIT_MAX, FILLS_LIMIT_MIN, LIST_LIMIT_MAX};
 use sequencer::query::{OrderFilter, OrderLookup};
-use sequencer::types::{Environment, KeyIdx};
+use sequencer::types::{Environment, KeyIdx, UNLISTED_MARKET};
 use sequencer::{Command, ErrorCode, NewOrder, Reply};
 use serde_json::{json, Value};
 
@@ -438,6 +438,7 @@ async fn place_order(
         Ok(o) => o,
         Err(e) => return e.into_response(),
     };
+    let ticker = order.market_ticker.clone();
     let answer = app
         .submitter
         .write(
@@ -447,12 +448,7 @@ async fn place_order(
                     .market_ids
                     .get(&order.market_ticker)
                     .copied()
-                    .ok_or_else(|| {
-                        ApiError::new(
-                            ErrorCode::MarketNotOpen,
-                            format!("Market {} is not on the order book.", order.market_ticker),
-                        )
-                    })?;
+                    .unwrap_or(UNLISTED_MARKET);
                 let key = key.expect("authenticated");
                 Ok(Command::PlaceOrder {
                     key,
@@ -468,10 +464,28 @@ async fn place_order(
                     },
                 })
             }),
-            order_answer(StatusCode::CREATED),
+            place_answer(ticker),
         )
         .await;
     respond_write(answer)
+}
+
+/// The answer of an order entry: the order, or the refusal, which names
+/// the ticker when the market was never listed (the sequencer knows it by
+/// `UNLISTED_MARKET` only).
+fn place_answer(ticker: String) -> FinishFn {
+    let answer = order_answer(StatusCode::CREATED);
+    Box::new(move |state, reply| match reply {
+        Reply::Rejected(r)
+            if r.code == ErrorCode::MarketNotOpen && !state.market_ids.contains_key(&ticker) =>
+        {
+            Err(ApiError::new(
+                ErrorCode::MarketNotOpen,
+                format!("Market {ticker} is not on the order book."),
+            ))
+        }
+        other => answer(state, other),
+    })
 }
 
 /// The answer of a write whose reply is one order: `{"order": Order}`,
