@@ -51,6 +51,15 @@ pub fn fingerprint(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
 }
 
+/// The token of an `Authorization: Bearer <token>` value. The scheme is
+/// matched without regard to case (RFC 9110 11.1); no token, or another
+/// scheme, is no key at all.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("Bearer") && !token.is_empty()).then_some(token)
+}
+
 fn unauthorized(refusal: KeyRefusal) -> ApiError {
     ApiError::new(ErrorCode::Unauthorized, refusal.message())
 }
@@ -67,13 +76,9 @@ pub fn caller(
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| unauthorized(KeyRefusal::Missing))?;
-    let key = value
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-        .ok_or_else(|| unauthorized(KeyRefusal::Missing))?;
-    if !key.starts_with("tk_") {
-        return Err(unauthorized(KeyRefusal::Missing));
-    }
+    let key = bearer_token(value).ok_or_else(|| unauthorized(KeyRefusal::Missing))?;
+    // A token was sent: whatever its form, it is a key that does not exist,
+    // answered (and counted towards the lockout) like any other.
     let parts = split_key(key).ok_or_else(|| unauthorized(KeyRefusal::Invalid))?;
     if parts.environment != server {
         return Err(unauthorized(KeyRefusal::WrongEnvironment {
