@@ -178,7 +178,7 @@ impl Params {
         let Some(text) = self.get("cursor") else {
             return Ok(None);
         };
-        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) || text.len() > 19 {
+        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
             return Err(ApiError::bad_request("Parameter cursor must match ^\\d+$."));
         }
         text.parse()
