@@ -270,9 +270,7 @@ impl State {
     fn close_market(&mut self, id: MarketId, events: &mut Vec<Event>) {
         let top_before = self.top(id);
         let resting = self.resting_orders_of_market(id);
-        for order in resting {
-            self.cancel_resting(order, events);
-        }
+        self.cancel_resting_levels(&resting, events);
         // The emptied book is a change of top of book for ticker subscribers.
         self.emit_ticker_if_changed(id, top_before, events);
         let m = &mut self.markets[id as usize];
@@ -751,16 +749,19 @@ impl State {
             ));
         }
         if new.action == Action::Buy {
-            if !account.terms_accepted {
+            // SPEC: the message says which is missing; both when both are.
+            let missing = match (account.terms_accepted, account.trading_allowed) {
+                (true, true) => None,
+                (false, true) => Some("accepted the current Terms of Service"),
+                (true, false) => Some("allowed trading on its wallet"),
+                (false, false) => {
+                    Some("accepted the current Terms of Service nor allowed trading on its wallet")
+                }
+            };
+            if let Some(missing) = missing {
                 return Err(Reject::new(
                     ErrorCode::Forbidden,
-                    "The account has not accepted the current Terms of Service.",
-                ));
-            }
-            if !account.trading_allowed {
-                return Err(Reject::new(
-                    ErrorCode::Forbidden,
-                    "The account has not allowed trading on its wallet.",
+                    format!("The account has not {missing}."),
                 ));
             }
         }
@@ -1328,39 +1329,64 @@ impl State {
 
     /// Takes a resting order off the book and cancels it.
     fn cancel_resting(&mut self, id: OrderId, events: &mut Vec<Event>) {
-        let order = &self.orders[id];
-        assert!(order.is_resting() && order.node != NIL);
-        let (side, price) = order.book_place();
-        let (market_id, account, outcome, action, limit, node) = (
-            order.market,
-            order.account,
-            order.outcome,
-            order.action,
-            order.price,
-            order.node,
-        );
-        debug_assert_eq!(
-            self.markets[market_id as usize].book.node(node).remaining,
-            order.remaining()
-        );
-        let market = &mut self.markets[market_id as usize];
-        let removed = market.book.remove(side, price, node);
-        if action == Action::Buy {
-            market.resting_buy_notional -= Cents::from(removed) * Cents::from(limit);
+        self.cancel_resting_levels(&[id], events);
+    }
+
+    /// Takes resting orders off the book and cancels them. The orders of one
+    /// level that follow each other in `ids` leave the book together, with
+    /// one book delta for the level (SPEC: one `orderbook_delta` per changed
+    /// level, as matching does), then each order's own events.
+    fn cancel_resting_levels(&mut self, ids: &[OrderId], events: &mut Vec<Event>) {
+        let mut rest = ids;
+        while let Some(&first) = rest.first() {
+            let level = self.level_of(first);
+            let run = rest
+                .iter()
+                .position(|&id| self.level_of(id) != level)
+                .unwrap_or(rest.len());
+            let (market_id, side, price) = level;
+            let mut removed: u32 = 0;
+            for &id in &rest[..run] {
+                let order = &self.orders[id];
+                assert!(order.is_resting() && order.node != NIL);
+                let (action, limit, node) = (order.action, order.price, order.node);
+                debug_assert_eq!(
+                    self.markets[market_id as usize].book.node(node).remaining,
+                    order.remaining()
+                );
+                let market = &mut self.markets[market_id as usize];
+                let taken = market.book.remove(side, price, node);
+                if action == Action::Buy {
+                    market.resting_buy_notional -= Cents::from(taken) * Cents::from(limit);
+                }
+                removed += taken;
+            }
+            let checksum = self.markets[market_id as usize].book.checksum_cached();
+            events.push(Event::BookDelta {
+                market: market_id,
+                outcome: side,
+                price,
+                delta: -i64::from(removed),
+                checksum,
+            });
+            for &id in &rest[..run] {
+                self.unrest(id);
+                self.orders[id].status = OrderStatus::Canceled;
+                self.release_remainder(id);
+                let order = &self.orders[id];
+                let (account, outcome) = (order.account, order.outcome);
+                events.push(Event::Order(OrderUpdate::of(order)));
+                self.emit_account(account, market_id, outcome, events);
+            }
+            rest = &rest[run..];
         }
-        let checksum = market.book.checksum_cached();
-        events.push(Event::BookDelta {
-            market: market_id,
-            outcome: side,
-            price,
-            delta: -i64::from(removed),
-            checksum,
-        });
-        self.unrest(id);
-        self.orders[id].status = OrderStatus::Canceled;
-        self.release_remainder(id);
-        events.push(Event::Order(OrderUpdate::of(&self.orders[id])));
-        self.emit_account(account, market_id, outcome, events);
+    }
+
+    /// Where a resting order sits: its market, book side and price there.
+    fn level_of(&self, id: OrderId) -> (MarketId, Outcome, PriceCents) {
+        let order = &self.orders[id];
+        let (side, price) = order.book_place();
+        (order.market, side, price)
     }
 
     fn cancel_order(
@@ -1433,10 +1459,16 @@ impl State {
             market.is_none_or(|t| m.ticker == t)
                 && series.is_none_or(|s| self.series[m.series as usize].config.ticker == s)
         });
-        for &id in &resting {
-            let market = self.orders[id].market;
+        // Level by level (oldest first within a level), one market at a
+        // time, so that each changed level has one book delta and each
+        // market one ticker change; the reply keeps the oldest-first list.
+        let mut by_level: Vec<_> = resting.iter().map(|&id| (self.level_of(id), id)).collect();
+        by_level.sort_by_key(|&(level, _)| level);
+        for run in by_level.chunk_by(|a, b| a.0 .0 == b.0 .0) {
+            let market = run[0].0 .0;
+            let ids: Vec<OrderId> = run.iter().map(|&(_, id)| id).collect();
             let top_before = self.top(market);
-            self.cancel_resting(id, events);
+            self.cancel_resting_levels(&ids, events);
             self.emit_ticker_if_changed(market, top_before, events);
         }
         Reply::Canceled { order_ids: resting }

@@ -630,9 +630,20 @@ fn forbidden_names_the_missing_permission_or_precondition() {
         flag: AccountFlag::TermsAccepted,
         value: false,
     });
-    assert!(v
-        .refused(t, "buy up 0.50 x1", ErrorCode::Forbidden)
-        .contains("Terms of Service"));
+    assert_eq!(
+        v.refused(t, "buy up 0.50 x1", ErrorCode::Forbidden),
+        "The account has not accepted the current Terms of Service."
+    );
+    // Both missing: the message names both, not one after the other.
+    v.ok(Command::SetAccountFlag {
+        account,
+        flag: AccountFlag::TradingAllowed,
+        value: false,
+    });
+    assert_eq!(
+        v.refused(t, "buy up 0.50 x1", ErrorCode::Forbidden),
+        "The account has not accepted the current Terms of Service nor allowed trading on its wallet."
+    );
     v.ok(Command::SetAccountFlag {
         account,
         flag: AccountFlag::TermsAccepted,
@@ -964,20 +975,7 @@ fn every_book_delta_carries_the_checksum_of_the_book_after_it() {
     v.place(a, "buy up 0.41 x3").unwrap();
     v.place(b, "sell up 0.39 x0").unwrap_err();
     v.place(b, "buy down 0.60 x4").unwrap();
-    let deltas: Vec<_> = v
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::BookDelta {
-                outcome,
-                price,
-                delta,
-                checksum,
-                ..
-            } => Some((*outcome, *price, *delta, *checksum)),
-            _ => None,
-        })
-        .collect();
+    let deltas = book_deltas(&v);
     // b crossed 0.41 fully (one delta) and 0.40 in part (one delta).
     assert_eq!(deltas.len(), 2);
     assert_eq!(
@@ -997,6 +995,74 @@ fn every_book_delta_carries_the_checksum_of_the_book_after_it() {
             .filter(|e| matches!(e, Event::Trade(_)))
             .count(),
         2
+    );
+}
+
+/// The book deltas of the last command: (outcome, price, delta, checksum).
+fn book_deltas(v: &Venue) -> Vec<(Outcome, u8, i64, u32)> {
+    v.events
+        .iter()
+        .filter_map(|e| match e {
+            Event::BookDelta {
+                outcome,
+                price,
+                delta,
+                checksum,
+                ..
+            } => Some((*outcome, *price, *delta, *checksum)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn cancel_all_and_the_close_send_one_delta_per_changed_level() {
+    let mut v = Venue::new();
+    let (a, b) = (v.trader(100_00), v.trader(100_00));
+    let first = v.place(a, "buy up 0.40 x3").unwrap();
+    v.place(a, "buy down 0.30 x1").unwrap();
+    v.place(b, "buy up 0.40 x4").unwrap();
+    let last = v.place(a, "buy up 0.40 x2").unwrap();
+    let all = v.run(Command::CancelAll {
+        key: a.key,
+        market: None,
+        series: None,
+    });
+    // The reply lists a's orders oldest first; the book changed at two
+    // levels, so two deltas, each with the checksum of the book after it.
+    assert_eq!(
+        all,
+        Reply::Canceled {
+            order_ids: vec![first.id, first.id + 1, last.id]
+        }
+    );
+    let deltas = book_deltas(&v);
+    assert_eq!(
+        deltas,
+        vec![
+            (Outcome::Up, 40, -5, crc32fast_hash("up:0.40:4|down:0.30:1")),
+            (Outcome::Down, 30, -1, crc32fast_hash("up:0.40:4|down:")),
+        ]
+    );
+    let canceled = v
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Order(o) if o.status == OrderStatus::Canceled))
+        .count();
+    assert_eq!(canceled, 3, "one order update per order");
+
+    // At the close, every order of a level leaves with one delta.
+    v.place(a, "buy up 0.40 x1").unwrap();
+    v.place(a, "buy up 0.35 x2").unwrap();
+    v.now = T0 + WINDOW_MS;
+    v.ok(Command::Tick);
+    let deltas = book_deltas(&v);
+    assert_eq!(
+        deltas,
+        vec![
+            (Outcome::Up, 40, -5, crc32fast_hash("up:0.35:2|down:")),
+            (Outcome::Up, 35, -2, crc32fast_hash("up:|down:")),
+        ]
     );
 }
 
