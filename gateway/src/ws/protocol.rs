@@ -387,10 +387,6 @@ fn strings(
     let list = value
         .as_array()
         .ok_or_else(|| WsError::bad(format!("Parameter {name} must be an array of strings.")))?;
-    // Bounded before anything is copied: the frame is at most 64 KB anyway.
-    if list.len() > WS_TICKERS_PER_COMMAND.max(WS_SYMBOLS_PER_COMMAND) {
-        return Err(too_many());
-    }
     let mut out = BTreeSet::new();
     for item in list {
         let text = item.as_str().ok_or_else(|| {
@@ -417,17 +413,24 @@ fn too_many() -> WsError {
 }
 
 fn keys(params: &Map<String, Value>) -> Result<Keys, WsError> {
-    let keys = Keys {
-        market_tickers: strings(params, "market_tickers", is_market_ticker, "market ticker")?,
-        series_tickers: strings(params, "series_tickers", is_series_ticker, "series ticker")?,
-        symbols: strings(params, "symbols", is_symbol, "symbol")?,
+    // The limits count what the command sends, repeats included, and are
+    // checked before anything is copied.
+    let sent = |name: &str| {
+        params
+            .get(name)
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len)
     };
-    if keys.market_tickers.len() + keys.series_tickers.len() > WS_TICKERS_PER_COMMAND
-        || keys.symbols.len() > WS_SYMBOLS_PER_COMMAND
+    if sent("market_tickers") + sent("series_tickers") > WS_TICKERS_PER_COMMAND
+        || sent("symbols") > WS_SYMBOLS_PER_COMMAND
     {
         return Err(too_many());
     }
-    Ok(keys)
+    Ok(Keys {
+        market_tickers: strings(params, "market_tickers", is_market_ticker, "market ticker")?,
+        series_tickers: strings(params, "series_tickers", is_series_ticker, "series ticker")?,
+        symbols: strings(params, "symbols", is_symbol, "symbol")?,
+    })
 }
 
 // ----- frames ---------------------------------------------------------------------------------
@@ -562,6 +565,21 @@ mod tests {
             json!({"id":2,"cmd":"subscribe","params":{"channels":["prices"],"symbols":symbols}})
                 .to_string();
         assert_eq!(err(&text), (json!(2), 5));
+        // The limits count what is sent, repeats included.
+        let repeated = vec!["X:BTCUSD"; 65];
+        let text =
+            json!({"id":2,"cmd":"subscribe","params":{"channels":["prices"],"symbols":repeated}})
+                .to_string();
+        assert_eq!(err(&text), (json!(2), 5));
+        let (markets, series) = (vec!["btc-1m-261121-2100-2101"; 60], vec!["btc-1m"; 41]);
+        let text = json!({"id":2,"cmd":"subscribe","params":{"channels":["ticker"],
+            "market_tickers":markets,"series_tickers":series}})
+        .to_string();
+        assert_eq!(err(&text), (json!(2), 5));
+        let text = json!({"id":2,"cmd":"subscribe","params":{"channels":["prices"],
+            "symbols":vec!["X:BTCUSD"; 64]}})
+        .to_string();
+        assert!(parse(&text).1.is_ok(), "64 symbols are allowed");
         assert_eq!(
             err(r#"{"id":3,"cmd":"unsubscribe","params":{"sids":[0]}}"#),
             (json!(3), 2)

@@ -207,17 +207,7 @@ struct Publisher {
 
 /// The publisher thread's loop; returns when the sequencer thread is gone.
 pub fn run(input: Receiver<Input>, control: Receiver<Control>, stats: Arc<Stats>) {
-    let mut publisher = Publisher {
-        markets: BTreeMap::new(),
-        tickers: HashMap::new(),
-        prices: BTreeMap::new(),
-        conns: HashMap::new(),
-        by_market: HashMap::new(),
-        by_series: HashMap::new(),
-        by_symbol: HashMap::new(),
-        by_account: HashMap::new(),
-        stats,
-    };
+    let mut publisher = Publisher::new(stats);
     // The first input is the picture taken when the sequencer thread
     // started, before any connection can exist.
     match input.recv() {
@@ -461,6 +451,20 @@ fn describe(sid: Sid, sub: &Sub) -> Value {
 }
 
 impl Publisher {
+    fn new(stats: Arc<Stats>) -> Self {
+        Publisher {
+            markets: BTreeMap::new(),
+            tickers: HashMap::new(),
+            prices: BTreeMap::new(),
+            conns: HashMap::new(),
+            by_market: HashMap::new(),
+            by_series: HashMap::new(),
+            by_symbol: HashMap::new(),
+            by_account: HashMap::new(),
+            stats,
+        }
+    }
+
     // ----- input from the sequencer ----------------------------------------------
 
     fn input(&mut self, input: Input, resync: bool) {
@@ -843,6 +847,11 @@ impl Publisher {
                 command,
                 reply,
             } => {
+                // The connection answered "unavailable" and stopped waiting
+                // (`COMMAND_TIMEOUT`): a refused command changes nothing.
+                if reply.is_closed() {
+                    return;
+                }
                 let mut initial = Vec::new();
                 let answer = match self.command(conn, &id, command, &mut initial) {
                     Ok(answer) => answer,
@@ -851,8 +860,14 @@ impl Publisher {
                         ..CtlReply::default()
                     },
                 };
+                let added = answer.added.clone();
                 // The reply leaves first, so `subscribed` precedes the data.
-                let _ = reply.send(answer);
+                if reply.send(answer).is_err() {
+                    // It gave up while the command ran: the subscriptions it
+                    // was never told of would only hold places of its 100.
+                    self.drop_subscriptions(conn, &added);
+                    return;
+                }
                 for (key, what) in initial {
                     self.initial(key, what);
                 }
@@ -973,6 +988,15 @@ impl Publisher {
             reply.added.push(sid);
         }
         Ok(reply)
+    }
+
+    /// Removes subscriptions of a connection, without a reply.
+    fn drop_subscriptions(&mut self, conn: ConnId, sids: &[Sid]) {
+        for &sid in sids {
+            if let Some(sub) = self.conns.get_mut(&conn).and_then(|c| c.subs.remove(&sid)) {
+                self.unindex((conn, sid), &sub);
+            }
+        }
     }
 
     fn unsubscribe(&mut self, conn: ConnId, id: &Value, sids: &[Sid]) -> Result<CtlReply, WsError> {
@@ -1221,6 +1245,47 @@ mod tests {
         "q\"uote\\back\nslash\u{1}",
         "unicodé-€",
     ];
+
+    /// A command the connection stopped waiting for (it answered
+    /// "unavailable" at `COMMAND_TIMEOUT`) changes nothing.
+    #[test]
+    fn a_command_nobody_waits_for_changes_nothing() {
+        let mut publisher = Publisher::new(Arc::default());
+        let (tx, _out) = mpsc::channel(16);
+        publisher.control(Control::Open {
+            conn: 1,
+            tx,
+            account: None,
+        });
+        let subscribe = || {
+            let text = r#"{"id":7,"cmd":"subscribe","params":{"channels":["prices"],"symbols":["X:BTCUSD"]}}"#;
+            let (id, command) = protocol::parse(text);
+            let (reply, rx) = oneshot::channel();
+            let control = Control::Command {
+                conn: 1,
+                id,
+                command: command.unwrap(),
+                reply,
+            };
+            (control, rx)
+        };
+        let (control, rx) = subscribe();
+        drop(rx);
+        publisher.control(control);
+        assert!(publisher.conns[&1].subs.is_empty());
+        assert!(publisher.by_symbol.values().all(BTreeSet::is_empty));
+
+        let (control, mut rx) = subscribe();
+        publisher.control(control);
+        let answer = rx.try_recv().unwrap();
+        assert_eq!(answer.added.len(), 1);
+        assert_eq!(publisher.conns[&1].subs.len(), 1);
+        assert!(
+            answer.frames[0].contains("subscribed"),
+            "{:?}",
+            answer.frames
+        );
+    }
 
     /// The direct writers write the bytes of the `json!` maps they replaced.
     #[test]
