@@ -282,31 +282,28 @@ async fn show(admin: &Admin, id: &str) -> Response {
     };
     let answer = admin
         .submitter
-        .read(
-            None,
-            Box::new(move |state, _| {
-                let a = state.account(account).ok_or_else(|| {
-                    ApiError::new(
-                        ErrorCode::NotFound,
-                        format!("account {account} does not exist"),
-                    )
-                })?;
-                Ok((
-                    StatusCode::OK,
-                    json!({
-                        "account_id": a.id,
-                        "cash": dollars(a.cash),
-                        "held": dollars(a.held),
-                        "buying_power": dollars(a.buying_power()),
-                        "terms_accepted": a.terms_accepted,
-                        "trading_allowed": a.trading_allowed,
-                        "suspended": a.suspended,
-                        "resting_orders": a.resting_orders,
-                        "active_keys": state.active_keys(a.id),
-                    }),
-                ))
-            }),
-        )
+        .read(None, move |state, _| {
+            let a = state.account(account).ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::NotFound,
+                    format!("account {account} does not exist"),
+                )
+            })?;
+            Ok((
+                StatusCode::OK,
+                json!({
+                    "account_id": a.id,
+                    "cash": dollars(a.cash),
+                    "held": dollars(a.held),
+                    "buying_power": dollars(a.buying_power()),
+                    "terms_accepted": a.terms_accepted,
+                    "trading_allowed": a.trading_allowed,
+                    "suspended": a.suspended,
+                    "resting_orders": a.resting_orders,
+                    "active_keys": state.active_keys(a.id),
+                }),
+            ))
+        })
         .await;
     crate::api::rest::respond(answer)
 }
@@ -463,33 +460,30 @@ async fn list_keys(State(admin): Shared, uri: Uri) -> Response {
     };
     let answer = admin
         .submitter
-        .read(
-            None,
-            Box::new(move |state, _| {
-                if let Some(a) = account {
-                    state.account(a).ok_or_else(|| {
-                        ApiError::new(ErrorCode::NotFound, format!("account {a} does not exist"))
-                    })?;
-                }
-                let now = crate::engine::now_ms();
-                let keys: Vec<Value> = state
-                    .keys
-                    .iter()
-                    .filter(|k| account.is_none_or(|a| k.account == a))
-                    .map(|k| {
-                        let mut v = crate::api::json::account(k, now);
-                        v["account"] = k.account.into();
-                        v["active"] = k.is_active(now).into();
-                        v["created_ts_ms"] = k.created_ts_ms.into();
-                        v["expires_ts_ms"] = k.expires_ts_ms.into();
-                        v["revoked_ts_ms"] = k.revoked_ts_ms.into();
-                        v["ips"] = k.ip_allowlist.clone().into();
-                        v
-                    })
-                    .collect();
-                Ok((StatusCode::OK, json!({ "keys": keys })))
-            }),
-        )
+        .read(None, move |state, _| {
+            if let Some(a) = account {
+                state.account(a).ok_or_else(|| {
+                    ApiError::new(ErrorCode::NotFound, format!("account {a} does not exist"))
+                })?;
+            }
+            let now = crate::engine::now_ms();
+            let keys: Vec<Value> = state
+                .keys
+                .iter()
+                .filter(|k| account.is_none_or(|a| k.account == a))
+                .map(|k| {
+                    let mut v = crate::api::json::account(k, now);
+                    v["account"] = k.account.into();
+                    v["active"] = k.is_active(now).into();
+                    v["created_ts_ms"] = k.created_ts_ms.into();
+                    v["expires_ts_ms"] = k.expires_ts_ms.into();
+                    v["revoked_ts_ms"] = k.revoked_ts_ms.into();
+                    v["ips"] = k.ip_allowlist.clone().into();
+                    v
+                })
+                .collect();
+            Ok((StatusCode::OK, json!({ "keys": keys })))
+        })
         .await;
     crate::api::rest::respond(answer)
 }
@@ -566,28 +560,25 @@ async fn resume(State(admin): Shared) -> Response {
 async fn series(State(admin): Shared) -> Response {
     let answer = admin
         .submitter
-        .read(
-            None,
-            Box::new(|state, _| {
-                let series: Vec<Value> = state
-                    .series
-                    .iter()
-                    .map(|s| {
-                        json!({
-                            "ticker": s.config.ticker,
-                            "symbol": s.config.symbol,
-                            "window_minutes": s.config.window_ms / 60_000,
-                            "list_ahead": s.config.list_ahead,
-                            "taker_fee": s.config.taker_fee_bps as f64 / 10_000.0,
-                            "maker_fee": s.config.maker_fee_bps as f64 / 10_000.0,
-                            "market_cap_usd": s.config.market_cap_cents / 100,
-                            "markets": s.markets.len(),
-                        })
+        .read(None, |state, _| {
+            let series: Vec<Value> = state
+                .series
+                .iter()
+                .map(|s| {
+                    json!({
+                        "ticker": s.config.ticker,
+                        "symbol": s.config.symbol,
+                        "window_minutes": s.config.window_ms / 60_000,
+                        "list_ahead": s.config.list_ahead,
+                        "taker_fee": s.config.taker_fee_bps as f64 / 10_000.0,
+                        "maker_fee": s.config.maker_fee_bps as f64 / 10_000.0,
+                        "market_cap_usd": s.config.market_cap_cents / 100,
+                        "markets": s.markets.len(),
                     })
-                    .collect();
-                Ok((StatusCode::OK, json!({ "series": series })))
-            }),
-        )
+                })
+                .collect();
+            Ok((StatusCode::OK, json!({ "series": series })))
+        })
         .await;
     crate::api::rest::respond(answer)
 }
@@ -601,23 +592,20 @@ async fn markets(State(admin): Shared, uri: Uri) -> Response {
     };
     let answer = admin
         .submitter
-        .read(
-            None,
-            Box::new(move |state, _| {
-                let page = state.query_markets(
-                    series.as_deref(),
-                    status,
-                    Some(sequencer::limits::LIST_LIMIT_MAX),
-                    None,
-                )?;
-                let markets: Vec<Value> = page
-                    .items
-                    .iter()
-                    .map(|m| crate::api::json::market(state, m))
-                    .collect();
-                Ok((StatusCode::OK, json!({ "markets": markets })))
-            }),
-        )
+        .read(None, move |state, _| {
+            let page = state.query_markets(
+                series.as_deref(),
+                status,
+                Some(sequencer::limits::LIST_LIMIT_MAX),
+                None,
+            )?;
+            let markets: Vec<Value> = page
+                .items
+                .iter()
+                .map(|m| crate::api::json::market(state, m))
+                .collect();
+            Ok((StatusCode::OK, json!({ "markets": markets })))
+        })
         .await;
     crate::api::rest::respond(answer)
 }

@@ -70,8 +70,11 @@ pub type Finished = Result<(StatusCode, AnswerBody), ApiError>;
 pub type BuildFn = Box<dyn FnOnce(&State, Option<KeyIdx>) -> Result<Command, ApiError> + Send>;
 /// Turns the reply into the answer, with the state right after the command.
 pub type FinishFn = Box<dyn FnOnce(&State, Reply) -> Finished + Send>;
-/// A read of the state.
-pub type ReadFn = Box<dyn FnOnce(&State, Option<KeyIdx>) -> Answer + Send>;
+/// A read of the state, given the caller's key or the refusal of it;
+/// returns the delivery of its answer, held until the batch is committed.
+pub type ReadFn = Box<dyn FnOnce(&State, Result<Option<KeyIdx>, ApiError>) -> Deliver + Send>;
+/// Sends a read's answer to the caller waiting for it.
+pub type Deliver = Box<dyn FnOnce() + Send>;
 
 /// Who is calling, as the gateway saw it: the key id, the SHA-256 of the
 /// secret (never the secret), and the address.
@@ -95,7 +98,6 @@ pub enum Job {
     Read {
         caller: Option<Caller>,
         read: ReadFn,
-        reply: oneshot::Sender<Answer>,
     },
     /// A command from inside the venue (price feed, operator); answered with
     /// the reply as is.
@@ -165,15 +167,21 @@ impl Submitter {
         self.wait(rx).await?
     }
 
-    /// Runs a read and waits for its answer.
-    pub async fn read(&self, caller: Option<Caller>, read: ReadFn) -> Answer {
+    /// Runs a read on the sequencer thread and waits for what it returns:
+    /// an answer, or what the gateway needs to finish one elsewhere.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        caller: Option<Caller>,
+        read: impl FnOnce(&State, Option<KeyIdx>) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
         let (reply, rx) = oneshot::channel();
-        self.push(Job::Read {
-            caller,
-            read,
-            reply,
-        })
-        .await?;
+        let read: ReadFn = Box::new(move |state, key| {
+            let answer = key.and_then(|key| read(state, key));
+            Box::new(move || {
+                let _ = reply.send(answer);
+            })
+        });
+        self.push(Job::Read { caller, read }).await?;
         self.wait(rx).await?
     }
 
@@ -548,10 +556,7 @@ enum Pending {
         answer: Finished,
         wrote: bool,
     },
-    Read {
-        reply: oneshot::Sender<Answer>,
-        answer: Answer,
-    },
+    Read(Deliver),
     Internal {
         reply: Option<oneshot::Sender<Reply>>,
         answer: Reply,
@@ -575,9 +580,7 @@ impl Pending {
                 };
                 let _ = reply.send(answer);
             }
-            Pending::Read { reply, answer } => {
-                let _ = reply.send(answer);
-            }
+            Pending::Read(deliver) => deliver(),
             Pending::Internal { reply, answer } => {
                 if let Some(reply) = reply {
                     let _ = reply.send(answer);
@@ -646,16 +649,9 @@ impl Loop {
                 };
                 Pending::Internal { reply, answer }
             }
-            Job::Read {
-                caller,
-                read,
-                reply,
-            } => {
-                let answer = match self.authenticate(caller.as_ref()) {
-                    Ok(key) => read(self.node.state(), key),
-                    Err(e) => Err(e),
-                };
-                Pending::Read { reply, answer }
+            Job::Read { caller, read } => {
+                let key = self.authenticate(caller.as_ref());
+                Pending::Read(read(self.node.state(), key))
             }
             Job::Write {
                 caller,

@@ -203,21 +203,18 @@ impl Venue {
                 t_ms: now_ms(),
             },
         )?;
-        let read = rt.block_on(server.submitter.read(
-            None,
-            Box::new(|state, _| {
-                let open = state.series_by_ticker(SERIES).and_then(|s| {
-                    s.markets
-                        .iter()
-                        .filter_map(|&id| state.market(id))
-                        .find(|m| m.status == MarketStatus::Open)
-                });
-                Ok(match open {
-                    Some(m) => (StatusCode::OK, json!({ "id": m.id, "ticker": m.ticker })),
-                    None => (StatusCode::NOT_FOUND, json!(null)),
-                })
-            }),
-        ));
+        let read = rt.block_on(server.submitter.read(None, |state, _| {
+            let open = state.series_by_ticker(SERIES).and_then(|s| {
+                s.markets
+                    .iter()
+                    .filter_map(|&id| state.market(id))
+                    .find(|m| m.status == MarketStatus::Open)
+            });
+            Ok(match open {
+                Some(m) => (StatusCode::OK, json!({ "id": m.id, "ticker": m.ticker })),
+                None => (StatusCode::NOT_FOUND, json!(null)),
+            })
+        }));
         let (market, ticker) = match read {
             Ok((StatusCode::OK, body)) => (
                 body["id"].as_u64().ok_or("market id")? as MarketId,

@@ -3,7 +3,7 @@
 //! decides a business rule.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{to_bytes, Body};
@@ -311,26 +311,24 @@ impl App {
             + Send
             + 'static,
     ) -> Response {
-        let later: Arc<Mutex<Option<(HistoryRead, u64)>>> = Arc::default();
-        let slot = later.clone();
         let history = self.history.clone();
         let answer = self
             .submitter
-            .read(
-                caller,
-                Box::new(move |state, key| match read(state, key)? {
-                    ReadOut::Done(answer) => answer,
-                    ReadOut::History(rest) => {
-                        let sent = history.as_ref().map_or(0, |h| h.sent());
-                        *slot.lock().expect("slot") = Some((rest, sent));
-                        Ok((StatusCode::OK, Value::Null))
-                    }
-                }),
-            )
+            .read(caller, move |state, key| {
+                let out = read(state, key)?;
+                // What the history writer had been sent when the read ran:
+                // the store must hold that much before it is read.
+                let sent = match out {
+                    ReadOut::History(_) => history.as_ref().map_or(0, |h| h.sent()),
+                    ReadOut::Done(_) => 0,
+                };
+                Ok((out, sent))
+            })
             .await;
-        let pending = later.lock().expect("slot").take();
-        let (Some((rest, sent)), Ok(_)) = (pending, &answer) else {
-            return respond(answer);
+        let (rest, sent) = match answer {
+            Err(e) => return e.into_response(),
+            Ok((ReadOut::Done(answer), _)) => return respond(answer),
+            Ok((ReadOut::History(rest), sent)) => (rest, sent),
         };
         let Some(history) = self.history.clone() else {
             return ApiError::unavailable("This server keeps no history store.").into_response();

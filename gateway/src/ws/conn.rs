@@ -141,20 +141,12 @@ fn is_upgrade(headers: &HeaderMap) -> bool {
 /// expiry, address and suspension on the sequencer thread.
 async fn authenticate(app: &App, headers: &HeaderMap, ip: IpAddr) -> Result<Auth, ApiError> {
     let caller = app.caller(headers, ip, false)?;
-    let (_, body) = app
+    let account = app
         .submitter
-        .read(
-            Some(caller.clone()),
-            Box::new(|state, key| {
-                let key = state.authorize_read(key.expect("authenticated"))?;
-                Ok((StatusCode::OK, json!({ "account": key.account })))
-            }),
-        )
+        .read(Some(caller.clone()), |state, key| {
+            Ok(state.authorize_read(key.expect("authenticated"))?.account)
+        })
         .await?;
-    let account = body["account"]
-        .as_u64()
-        .and_then(|a| AccountId::try_from(a).ok())
-        .ok_or_else(|| ApiError::unavailable("The key could not be checked."))?;
     Ok(Auth { caller, account })
 }
 
@@ -548,13 +540,10 @@ impl Session {
         let answer = self
             .app
             .submitter
-            .read(
-                Some(caller),
-                Box::new(|state, key| {
-                    state.authorize_read(key.expect("authenticated"))?;
-                    Ok((StatusCode::OK, Value::Null))
-                }),
-            )
+            .read(Some(caller), |state, key| {
+                state.authorize_read(key.expect("authenticated"))?;
+                Ok(())
+            })
             .await;
         match answer {
             Err(e) if e.code != ApiCode::ExchangeUnavailable => Some(e.message),
