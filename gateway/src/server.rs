@@ -231,24 +231,9 @@ impl Server {
         // The history tail is journaled, so replay evicts exactly as the
         // live run did; a changed setting is a new command.
         if retention_changes {
-            match runtime.block_on(submitter.internal(Command::SetRetention { tail_ms })) {
-                Ok(Reply::Ok) => tracing::info!(tail_ms, "history tail set"),
-                Ok(Reply::Rejected(r)) => {
-                    return Err(StartError::Config(format!(
-                        "history_tail_secs: {}",
-                        r.message
-                    )))
-                }
-                Ok(other) => {
-                    return Err(StartError::Config(format!("history_tail_secs: {other:?}")))
-                }
-                Err(e) => {
-                    return Err(StartError::Config(format!(
-                        "history_tail_secs: {}",
-                        e.message
-                    )))
-                }
-            }
+            let reply = runtime.block_on(submitter.internal(Command::SetRetention { tail_ms }));
+            accepted(reply, "history_tail_secs")?;
+            tracing::info!(tail_ms, "history tail set");
         }
 
         // Series from the configuration that the journal does not have yet.
@@ -259,21 +244,8 @@ impl Server {
         {
             let reply =
                 runtime.block_on(submitter.internal(Command::CreateSeries(entry.to_config())));
-            match reply {
-                Ok(Reply::Ok) => tracing::info!(series = %entry.ticker, "series created"),
-                Ok(other) => {
-                    return Err(StartError::Config(format!(
-                        "series {}: {other:?}",
-                        entry.ticker
-                    )))
-                }
-                Err(e) => {
-                    return Err(StartError::Config(format!(
-                        "series {}: {}",
-                        entry.ticker, e.message
-                    )))
-                }
-            }
+            accepted(reply, &format!("series {}", entry.ticker))?;
+            tracing::info!(series = %entry.ticker, "series created");
         }
 
         let feed_stop = Arc::new(AtomicBool::new(false));
@@ -406,5 +378,16 @@ async fn serve(listener: tokio::net::TcpListener, router: axum::Router, shutdown
         .await;
     if let Err(e) = result {
         tracing::error!(error = %e, "server stopped");
+    }
+}
+
+/// A start-up command's reply: accepted, or a configuration error naming
+/// the setting (`what`) with the sequencer's reason.
+fn accepted(reply: Result<Reply, crate::error::ApiError>, what: &str) -> Result<(), StartError> {
+    match reply {
+        Ok(Reply::Ok) => Ok(()),
+        Ok(Reply::Rejected(r)) => Err(StartError::Config(format!("{what}: {}", r.message))),
+        Ok(other) => Err(StartError::Config(format!("{what}: {other:?}"))),
+        Err(e) => Err(StartError::Config(format!("{what}: {}", e.message))),
     }
 }
