@@ -15,6 +15,11 @@
 //! - [`ws`] is the websocket fan-out benchmark: the venue's publisher
 //!   against a bare fastwebsockets broadcast (`--bin ws`).
 
+/// The venue's allocator (`gateway::alloc`), so that every figure is the
+/// `updown` binary's: large blocks on transparent huge pages.
+#[global_allocator]
+static ALLOC: gateway::alloc::HugePages = gateway::alloc::HugePages;
+
 pub mod clock;
 pub mod engines;
 pub mod flow;

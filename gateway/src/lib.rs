@@ -13,6 +13,7 @@
 //! ever see a key's secret beyond hashing it.
 
 pub mod admin;
+pub mod alloc;
 pub mod api;
 pub mod auth;
 pub mod config;

@@ -17,6 +17,11 @@ mod replay_cmd;
 mod scan;
 mod timefmt;
 
+/// Large blocks on transparent huge pages (`gateway::alloc`): the tables
+/// of the sequencer grow without a page fault every few commands.
+#[global_allocator]
+static ALLOC: gateway::alloc::HugePages = gateway::alloc::HugePages;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
