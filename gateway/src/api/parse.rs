@@ -28,6 +28,10 @@ pub struct OrderBody {
     pub client_order_id: ClientOrderId,
 }
 
+/// Digits of a cursor at most (`openapi.json` says the same): every cursor
+/// allowed fits in 64 bits.
+const CURSOR_DIGITS_MAX: usize = 19;
+
 const ORDER_FIELDS: [&str; 8] = [
     "market_ticker",
     "outcome",
@@ -173,13 +177,18 @@ impl Params {
         }
     }
 
-    /// A cursor `^\d+$`.
+    /// A cursor `^\d+$` of at most `CURSOR_DIGITS_MAX` digits.
     pub fn cursor(&self) -> Result<Option<u64>, ApiError> {
         let Some(text) = self.get("cursor") else {
             return Ok(None);
         };
         if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
             return Err(ApiError::bad_request("Parameter cursor must match ^\\d+$."));
+        }
+        if text.len() > CURSOR_DIGITS_MAX {
+            return Err(ApiError::bad_request(format!(
+                "Parameter cursor has at most {CURSOR_DIGITS_MAX} digits."
+            )));
         }
         text.parse()
             .map(Some)
