@@ -625,43 +625,39 @@ fn forbidden_names_the_missing_permission_or_precondition() {
         account,
         key: trade,
     };
-    v.ok(Command::SetAccountFlag {
-        account,
-        flag: AccountFlag::TermsAccepted,
-        value: false,
-    });
-    assert_eq!(
-        v.refused(t, "buy up 0.50 x1", ErrorCode::Forbidden),
-        "The account has not accepted the current Terms of Service."
-    );
-    // Both missing: the message names both, not one after the other.
-    v.ok(Command::SetAccountFlag {
-        account,
-        flag: AccountFlag::TradingAllowed,
-        value: false,
-    });
-    assert_eq!(
-        v.refused(t, "buy up 0.50 x1", ErrorCode::Forbidden),
-        "The account has not accepted the current Terms of Service nor allowed trading on its wallet."
-    );
-    v.ok(Command::SetAccountFlag {
-        account,
-        flag: AccountFlag::TermsAccepted,
-        value: true,
-    });
-    v.ok(Command::SetAccountFlag {
-        account,
-        flag: AccountFlag::TradingAllowed,
-        value: false,
-    });
-    assert!(v
-        .refused(t, "buy up 0.50 x1", ErrorCode::Forbidden)
-        .contains("wallet"));
-    v.ok(Command::SetAccountFlag {
-        account,
-        flag: AccountFlag::TradingAllowed,
-        value: true,
-    });
+    // The message says which is missing, and names both when both are.
+    let cases = [
+        (false, true, "accepted the current Terms of Service"),
+        (true, false, "allowed trading on its wallet"),
+        (
+            false,
+            false,
+            "accepted the current Terms of Service nor allowed trading on its wallet",
+        ),
+    ];
+    for (terms, wallet, missing) in cases {
+        for (flag, value) in [
+            (AccountFlag::TermsAccepted, terms),
+            (AccountFlag::TradingAllowed, wallet),
+        ] {
+            v.ok(Command::SetAccountFlag {
+                account,
+                flag,
+                value,
+            });
+        }
+        assert_eq!(
+            v.refused(t, "buy up 0.50 x1", ErrorCode::Forbidden),
+            format!("The account has not {missing}.")
+        );
+    }
+    for flag in [AccountFlag::TermsAccepted, AccountFlag::TradingAllowed] {
+        v.ok(Command::SetAccountFlag {
+            account,
+            flag,
+            value: true,
+        });
+    }
     v.ok(Command::Configure(VenueConfig {
         practice_book_open: false,
         ..VenueConfig::default()
