@@ -8,6 +8,8 @@
 
 #[path = "support/mod.rs"]
 mod support;
+#[path = "support/ws_client.rs"]
+mod ws_client;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{SocketAddr, TcpStream};
@@ -18,7 +20,6 @@ use sequencer::command::SeriesConfig;
 use sequencer::Command;
 use serde_json::{json, Value};
 use support::*;
-use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -44,34 +45,14 @@ fn try_connect(addr: SocketAddr, headers: &[(&str, &str)]) -> Result<Client, (u1
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))
         .expect("timeout");
-    let mut request = format!("ws://{addr}/v1/ws")
-        .into_client_request()
-        .expect("request");
-    for (name, value) in headers {
-        request.headers_mut().insert(
-            tungstenite::http::HeaderName::from_bytes(name.as_bytes()).expect("name"),
-            value.parse().expect("value"),
-        );
-    }
-    match tungstenite::client(request, stream) {
-        Ok((ws, _)) => Ok(Client {
-            ws,
-            pending: VecDeque::new(),
-            seqs: HashMap::new(),
-            gaps: Vec::new(),
-            strict: true,
-        }),
-        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
-            let status = response.status().as_u16();
-            let body = response
-                .body()
-                .as_ref()
-                .and_then(|b| serde_json::from_slice(b).ok())
-                .unwrap_or(Value::Null);
-            Err((status, body))
-        }
-        Err(e) => panic!("handshake: {e}"),
-    }
+    let ws = ws_client::upgrade(stream, &addr.to_string(), headers)?;
+    Ok(Client {
+        ws,
+        pending: VecDeque::new(),
+        seqs: HashMap::new(),
+        gaps: Vec::new(),
+        strict: true,
+    })
 }
 
 fn connect(addr: SocketAddr) -> Client {
@@ -95,22 +76,7 @@ impl Client {
 
     /// The next frame, or None at the deadline.
     fn frame(&mut self, deadline: Instant) -> Option<Message> {
-        loop {
-            match self.ws.read() {
-                Ok(message) => return Some(message),
-                Err(tungstenite::Error::Io(e))
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    if Instant::now() >= deadline {
-                        return None;
-                    }
-                }
-                Err(e) => panic!("read: {e}"),
-            }
-        }
+        ws_client::read_frame(&mut self.ws, deadline)
     }
 
     /// The next JSON message before the deadline; data messages have their

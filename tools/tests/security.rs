@@ -19,6 +19,9 @@
 //!   the key itself for private channels: a cookie authorizes nothing.
 
 mod common;
+/// The websocket client's upgrade and reads, shared with the gateway's tests.
+#[path = "../../gateway/tests/support/ws_client.rs"]
+mod ws_client;
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -27,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
-use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -64,31 +66,12 @@ fn ws_connect(
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))
         .expect("timeout");
-    let mut request = format!("ws://{addr}/v1/ws")
-        .into_client_request()
-        .expect("request");
-    for (name, value) in headers {
-        request.headers_mut().insert(
-            tungstenite::http::HeaderName::from_bytes(name.as_bytes()).expect("name"),
-            value.parse().expect("value"),
-        );
-    }
-    match tungstenite::client(request, stream) {
-        Ok((ws, _)) => Ok(Ws {
-            ws,
-            pending: VecDeque::new(),
-            seen: Vec::new(),
-        }),
-        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
-            let body = response
-                .body()
-                .as_ref()
-                .and_then(|b| serde_json::from_slice(b).ok())
-                .unwrap_or(Value::Null);
-            Err((response.status().as_u16(), body))
-        }
-        Err(e) => panic!("handshake: {e}"),
-    }
+    let ws = ws_client::upgrade(stream, addr, headers)?;
+    Ok(Ws {
+        ws,
+        pending: VecDeque::new(),
+        seen: Vec::new(),
+    })
 }
 
 impl Ws {
@@ -100,24 +83,13 @@ impl Ws {
 
     fn next(&mut self, deadline: Instant) -> Option<Value> {
         loop {
-            match self.ws.read() {
-                Ok(Message::Text(text)) => {
+            match ws_client::read_frame(&mut self.ws, deadline)? {
+                Message::Text(text) => {
                     self.seen.push(text.to_string());
                     return Some(serde_json::from_str(text.as_str()).expect("JSON"));
                 }
-                Ok(Message::Close(frame)) => panic!("closed by the server: {frame:?}"),
-                Ok(_) => {}
-                Err(tungstenite::Error::Io(e))
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    if Instant::now() >= deadline {
-                        return None;
-                    }
-                }
-                Err(e) => panic!("read: {e}"),
+                Message::Close(frame) => panic!("closed by the server: {frame:?}"),
+                _ => {}
             }
         }
     }
