@@ -246,40 +246,10 @@ fn a_crossing_buy_fills_at_the_resting_price_and_moves_money_positions_fills_and
     let (fa, _) = fills(&v, a.key(), "");
     assert_eq!(fa.len(), 1);
     assert_eq!(fa[0]["market_ticker"], m.as_str());
-    assert_eq!(
-        (
-            fa[0]["outcome"].clone(),
-            fa[0]["action"].clone(),
-            fa[0]["price"].clone(),
-            fa[0]["count"].clone(),
-            fa[0]["cost"].clone()
-        ),
-        (
-            json!("up"),
-            json!("buy"),
-            json!("0.40"),
-            json!("10"),
-            json!("4.00")
-        )
-    );
+    assert_eq!(fill_summary(&fa[0]), ["up", "buy", "0.40", "10", "4.00"]);
     let (fb, _) = fills(&v, b.key(), "");
     assert_eq!(fb.len(), 1);
-    assert_eq!(
-        (
-            fb[0]["outcome"].clone(),
-            fb[0]["action"].clone(),
-            fb[0]["price"].clone(),
-            fb[0]["count"].clone(),
-            fb[0]["cost"].clone()
-        ),
-        (
-            json!("down"),
-            json!("buy"),
-            json!("0.60"),
-            json!("10"),
-            json!("6.00")
-        )
-    );
+    assert_eq!(fill_summary(&fb[0]), ["down", "buy", "0.60", "10", "6.00"]);
 
     let trades = v.read(&format!("/markets/{m}/trades"), None);
     assert_eq!(keys(&trades), set(&["trades", "cursor"]));
@@ -323,20 +293,8 @@ fn a_crossing_buy_fills_at_the_resting_price_and_moves_money_positions_fills_and
     let (fb, _) = fills(&v, b.key(), "");
     assert_eq!(fb.len(), 2);
     assert_eq!(
-        (
-            fb[0]["outcome"].clone(),
-            fb[0]["action"].clone(),
-            fb[0]["price"].clone(),
-            fb[0]["count"].clone(),
-            fb[0]["cost"].clone()
-        ),
-        (
-            json!("down"),
-            json!("sell"),
-            json!("0.55"),
-            json!("4"),
-            json!("2.20")
-        ),
+        fill_summary(&fb[0]),
+        ["down", "sell", "0.55", "4", "2.20"],
         "newest first"
     );
     let pa: BTreeSet<(String, String)> = positions(&v, a.key())
@@ -353,6 +311,11 @@ fn a_crossing_buy_fills_at_the_resting_price_and_moves_money_positions_fills_and
         .map(|(o, c)| (o.to_string(), c.to_string()))
         .collect();
     assert_eq!(pa, want);
+}
+
+/// A fill's outcome, action, price, count and cost, as sent.
+fn fill_summary(fill: &Value) -> [&str; 5] {
+    ["outcome", "action", "price", "count", "cost"].map(|k| fill[k].as_str().unwrap_or("?"))
 }
 
 #[test]
