@@ -44,7 +44,8 @@ fn mapped(size: usize, align: usize) -> bool {
 unsafe impl GlobalAlloc for HugePages {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if mapped(layout.size(), layout.align()) {
-            return map(layout.size());
+            // SAFETY: a new mapping of a non-zero size.
+            return unsafe { map(layout.size()) };
         }
         // SAFETY: the caller's contract, passed on.
         unsafe { System.alloc(layout) }
@@ -53,7 +54,8 @@ unsafe impl GlobalAlloc for HugePages {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if mapped(layout.size(), layout.align()) {
             // A fresh anonymous mapping reads as zeros.
-            return map(layout.size());
+            // SAFETY: a new mapping of a non-zero size.
+            return unsafe { map(layout.size()) };
         }
         // SAFETY: the caller's contract, passed on.
         unsafe { System.alloc_zeroed(layout) }
@@ -61,7 +63,8 @@ unsafe impl GlobalAlloc for HugePages {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if mapped(layout.size(), layout.align()) {
-            unmap(ptr, layout.size());
+            // SAFETY: the layout says `map` made this block (see `mapped`).
+            unsafe { unmap(ptr, layout.size()) };
             return;
         }
         // SAFETY: the caller's contract, passed on.
@@ -73,7 +76,8 @@ unsafe impl GlobalAlloc for HugePages {
         match (mapped(layout.size(), align), mapped(new_size, align)) {
             // SAFETY: the caller's contract, passed on.
             (false, false) => unsafe { System.realloc(ptr, layout, new_size) },
-            (true, true) => remap(ptr, layout.size(), new_size),
+            // SAFETY: the old layout says `map` made this block.
+            (true, true) => unsafe { remap(ptr, layout.size(), new_size) },
             (was, _) => {
                 // Across the threshold: a new block of the other kind, the
                 // contents copied, the old block freed by its own side.
@@ -86,6 +90,7 @@ unsafe impl GlobalAlloc for HugePages {
                     if !block.is_null() {
                         std::ptr::copy_nonoverlapping(ptr, block, layout.size().min(new_size));
                         if was {
+                            // The old layout says `map` made it.
                             unmap(ptr, layout.size());
                         } else {
                             System.dealloc(ptr, layout);
@@ -102,8 +107,13 @@ fn pages(size: usize) -> usize {
     size.next_multiple_of(PAGE)
 }
 
+/// A new anonymous mapping of `size` bytes (rounded up to whole pages),
+/// advised onto huge pages; null if the kernel refuses.
+///
+/// # Safety
+/// `size` is non-zero.
 #[cfg(target_os = "linux")]
-fn map(size: usize) -> *mut u8 {
+unsafe fn map(size: usize) -> *mut u8 {
     // SAFETY: a new private anonymous mapping; nothing else refers to it.
     unsafe {
         let block = libc::mmap(
@@ -123,10 +133,16 @@ fn map(size: usize) -> *mut u8 {
     }
 }
 
+/// Grows or shrinks a mapping, moving it if need be; null if the kernel
+/// refuses (the old mapping then stays as it was).
+///
+/// # Safety
+/// `ptr` is a mapping of `old` bytes made by `map` or `remap`, and `new` is
+/// non-zero.
 #[cfg(target_os = "linux")]
-fn remap(ptr: *mut u8, old: usize, new: usize) -> *mut u8 {
-    // SAFETY: `ptr` is a mapping of `pages(old)` bytes made by `map`; the
-    // kernel moves or grows it whole, keeping its contents and its advice.
+unsafe fn remap(ptr: *mut u8, old: usize, new: usize) -> *mut u8 {
+    // SAFETY: the kernel moves or grows the mapping whole, keeping its
+    // contents and its advice.
     unsafe {
         let block = libc::mremap(ptr.cast(), pages(old), pages(new), libc::MREMAP_MAYMOVE);
         if block == libc::MAP_FAILED {
@@ -136,10 +152,14 @@ fn remap(ptr: *mut u8, old: usize, new: usize) -> *mut u8 {
     }
 }
 
+/// Frees a mapping.
+///
+/// # Safety
+/// `ptr` is a mapping of `size` bytes made by `map` or `remap`, no longer
+/// used by anyone.
 #[cfg(target_os = "linux")]
-fn unmap(ptr: *mut u8, size: usize) {
-    // SAFETY: `ptr` is a mapping of `pages(size)` bytes made by `map` or
-    // `remap`, no longer used by its owner.
+unsafe fn unmap(ptr: *mut u8, size: usize) {
+    // SAFETY: the caller's contract.
     unsafe {
         libc::munmap(ptr.cast(), pages(size));
     }
@@ -147,15 +167,15 @@ fn unmap(ptr: *mut u8, size: usize) {
 
 // Elsewhere nothing is mapped (`mapped` is false): never called.
 #[cfg(not(target_os = "linux"))]
-fn map(_: usize) -> *mut u8 {
+unsafe fn map(_: usize) -> *mut u8 {
     std::ptr::null_mut()
 }
 #[cfg(not(target_os = "linux"))]
-fn remap(_: *mut u8, _: usize, _: usize) -> *mut u8 {
+unsafe fn remap(_: *mut u8, _: usize, _: usize) -> *mut u8 {
     std::ptr::null_mut()
 }
 #[cfg(not(target_os = "linux"))]
-fn unmap(_: *mut u8, _: usize) {}
+unsafe fn unmap(_: *mut u8, _: usize) {}
 
 #[cfg(test)]
 mod tests {

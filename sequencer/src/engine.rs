@@ -1345,7 +1345,9 @@ impl State {
                 .position(|&id| self.level_of(id) != level)
                 .unwrap_or(rest.len());
             let (market_id, side, price) = level;
-            let mut removed: u32 = 0;
+            // As in matching: a level holds up to u64 contracts, more than
+            // a u32 sum of its orders could count.
+            let mut delta: i64 = 0;
             for &id in &rest[..run] {
                 let order = &self.orders[id];
                 assert!(order.is_resting() && order.node != NIL);
@@ -1359,14 +1361,14 @@ impl State {
                 if action == Action::Buy {
                     market.resting_buy_notional -= Cents::from(taken) * Cents::from(limit);
                 }
-                removed += taken;
+                delta -= i64::from(taken);
             }
             let checksum = self.markets[market_id as usize].book.checksum_cached();
             events.push(Event::BookDelta {
                 market: market_id,
                 outcome: side,
                 price,
-                delta: -i64::from(removed),
+                delta,
                 checksum,
             });
             for &id in &rest[..run] {

@@ -1280,6 +1280,12 @@ mod tests {
         let answer = rx.try_recv().unwrap();
         assert_eq!(answer.added.len(), 1);
         assert_eq!(publisher.conns[&1].subs.len(), 1);
+        assert!(publisher.by_symbol.values().any(|subs| !subs.is_empty()));
+        // What the publisher does when that reply finds nobody waiting:
+        // the subscription goes, from the connection and the index.
+        publisher.drop_subscriptions(1, &answer.added);
+        assert!(publisher.conns[&1].subs.is_empty());
+        assert!(publisher.by_symbol.values().all(BTreeSet::is_empty));
         assert!(
             answer.frames[0].contains("subscribed"),
             "{:?}",
