@@ -119,7 +119,12 @@ pub fn command_json(command: &Command) -> Value {
     Value::Object(object)
 }
 
-fn market_name(state: Option<&State>, market: u32) -> String {
+/// A market's ticker when the state knows it; `(unlisted)` for the id an
+/// order naming a never-listed ticker carries; else `#id`.
+pub(crate) fn market_name(state: Option<&State>, market: u32) -> String {
+    if market == sequencer::types::UNLISTED_MARKET {
+        return "(unlisted)".into();
+    }
     state
         .and_then(|s| s.market(market))
         .map_or_else(|| format!("#{market}"), |m| m.ticker.clone())
@@ -516,4 +521,20 @@ pub fn kind_of(name: &str) -> Option<u16> {
     (1u16..)
         .take_while(|&k| Command::kind_name(k) != "unknown")
         .find(|&k| Command::kind_name(k) == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markets_are_named_by_ticker_or_marked() {
+        let state = State::default();
+        assert_eq!(
+            market_name(Some(&state), sequencer::types::UNLISTED_MARKET),
+            "(unlisted)"
+        );
+        assert_eq!(market_name(Some(&state), 7), "#7");
+        assert_eq!(market_name(None, 7), "#7");
+    }
 }

@@ -384,11 +384,7 @@ impl Sink for Stats {
             .or_default() += 1;
         let command = &item.stamped.command;
         let state = item.applied.as_ref().map(|a| a.state);
-        let name = |m: u32| {
-            state
-                .and_then(|s| s.market(m))
-                .map_or_else(|| format!("#{m}"), |m| m.ticker.clone())
-        };
+        let name = |m: u32| crate::describe::market_name(state, m);
         match command {
             Command::PlaceOrder { order, .. } => {
                 let m = self.markets.entry(name(order.market)).or_default();
