@@ -50,6 +50,7 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/admin/series", get(series))
         .route("/admin/markets", get(markets))
         .route("/admin/prices", post(price))
+        .route("/admin/state", get(state_hashes))
         .fallback(|uri: Uri| async move {
             ApiError::new(
                 ErrorCode::NotFound,
@@ -555,6 +556,27 @@ async fn resume(State(admin): Shared) -> Response {
         admin.submitter.internal(Command::ResumeTrading).await,
         |_| json!({ "ok": true }),
     )
+}
+
+/// The state as the sequencer has it now: its last seq, the canonical state
+/// hash (computed here, in time proportional to the live state) and the
+/// running event hash. `updown replay --until-seq` of the same journal
+/// gives the same three; an auditor compares them.
+async fn state_hashes(State(admin): Shared) -> Response {
+    let answer = admin
+        .submitter
+        .read(None, |state, _| {
+            Ok((
+                StatusCode::OK,
+                json!({
+                    "seq": state.last_seq,
+                    "state_hash": format!("{:016x}", state.state_hash()),
+                    "event_hash": format!("{:016x}", state.event_hash),
+                }),
+            ))
+        })
+        .await;
+    crate::api::rest::respond(answer)
 }
 
 async fn series(State(admin): Shared) -> Response {

@@ -37,6 +37,9 @@ enum AdminCommand {
     /// Markets (windows).
     #[command(subcommand)]
     Markets(ListCommand),
+    /// The live state's last seq, state hash and event hash, to compare
+    /// with `updown replay --until-seq SEQ` of the same journal.
+    State,
 }
 
 #[derive(Subcommand)]
@@ -213,6 +216,7 @@ pub fn run(args: AdminArgs) -> Result<()> {
         }
         AdminCommand::Series(ListCommand::List) => client.get("/admin/series")?,
         AdminCommand::Markets(ListCommand::List) => client.get("/admin/markets")?,
+        AdminCommand::State => client.get("/admin/state")?,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&output)?);

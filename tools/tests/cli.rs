@@ -113,6 +113,16 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
     assert!(ok && series.contains("btc-15m") && series.contains("aapl-60m"));
     let markets = admin_json(d, &["markets", "list"]);
     assert!(markets["markets"].as_array().unwrap().len() >= 5);
+    // The live hashes, in the form `updown replay` prints them.
+    let state = admin_json(d, &["state"]);
+    assert!(state["seq"].as_u64().unwrap() > 0, "{state}");
+    for hash in ["state_hash", "event_hash"] {
+        let text = state[hash].as_str().unwrap();
+        assert!(
+            text.len() == 16 && text.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{state}"
+        );
+    }
 
     // The key works, and pausing refuses its orders.
     let (status, account) = http(&server.addr, "GET", "/account", &secret_key, None);

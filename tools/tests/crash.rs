@@ -389,6 +389,21 @@ fn check_offline(
 /// The checks over REST after a restart, against the replayed state.
 fn check_restarted(serve: &Serve, model: &mut Model, traders: &[Trader]) {
     let journal = serve.data_dir.join("journal");
+    // The restarted server's own state and event hashes, at the seq it has
+    // reached, equal an offline replay of the same journal to that seq.
+    let live = serve.admin().call("GET", "/admin/state", None);
+    let live = live.ok(200);
+    let seq = live["seq"].as_u64().expect("seq");
+    let offline = replay::replay(&journal, None, Until::Seq(seq)).expect("replay to the live seq");
+    assert_eq!(offline.state.last_seq, seq);
+    assert_eq!(
+        (live["state_hash"].as_str(), live["event_hash"].as_str()),
+        (
+            Some(format!("{:016x}", offline.state.state_hash()).as_str()),
+            Some(format!("{:016x}", offline.state.event_hash).as_str())
+        ),
+        "the restarted server at seq {seq} against an offline replay"
+    );
     // What the server had when it started is what the journal had: compare
     // against a replay up to the seq the server reported (it may have
     // appended ticks and prints since, which change no order or balance).

@@ -278,6 +278,7 @@ fn exercise(v: &mut Venue) -> (Vec<String>, Vec<String>) {
         ("GET", format!("/admin/accounts/{}", a.account)),
         ("GET", "/admin/series".into()),
         ("GET", "/admin/markets".into()),
+        ("GET", "/admin/state".into()),
     ] {
         let resp = v.admin.call(method, &path, None);
         assert_eq!(resp.status, 200, "{}", resp.text);
@@ -811,6 +812,7 @@ fn the_admin_endpoint_needs_its_token_listens_on_loopback_and_hides_its_token_fi
         ("POST", "/admin/trading/resume"),
         ("GET", "/admin/series"),
         ("GET", "/admin/markets"),
+        ("GET", "/admin/state"),
         ("POST", "/admin/prices"),
         ("GET", "/admin/nothing-here"),
     ];
