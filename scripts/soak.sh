@@ -13,7 +13,17 @@
 # SOAK_ACCOUNTS (40; at least rate/10), SOAK_WS websocket subscribers (4),
 # SOAK_INTERVAL seconds (5), SOAK_IDLE seconds of quiet after the load (20),
 # SOAK_OUT (benches/soak.md; the CSV goes beside it), SOAK_NO_BUILD=1 to use
-# target/release/updown as it is, SOAK_TAIL history tail in seconds (60).
+# target/release/updown as it is, SOAK_TAIL history tail in seconds (60),
+# SOAK_MAX_BYTES_PER_ORDER (150): the memory growth after the warm-up
+# allowed per order placed (3 MiB at least).
+#
+# The script fails (exit 1, after writing the report) on any failed
+# request, any websocket seq gap, or memory growing past that allowance
+# after the warm-up (the tail plus 120 s; so only runs longer than that
+# judge memory). With a tail shorter than a window, the load generator's
+# cancels of orders that already left the live state answer 404 and count
+# as failures: keep the default tail. Memory grows in 2 MiB steps (huge
+# pages), hence the 3 MiB floor.
 #
 # The venue runs three series of 1-minute windows and a 60-second history
 # tail, so that the live state reaches its steady size within the run: the
@@ -37,6 +47,7 @@ SOAK_INTERVAL=${SOAK_INTERVAL:-5}
 SOAK_IDLE=${SOAK_IDLE:-20}
 SOAK_OUT=${SOAK_OUT:-benches/soak.md}
 SOAK_TAIL=${SOAK_TAIL:-60}
+SOAK_MAX_BYTES_PER_ORDER=${SOAK_MAX_BYTES_PER_ORDER:-150}
 CSV="${SOAK_OUT%.md}.csv"
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/updown"
 
@@ -130,12 +141,13 @@ COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 DIRTY=$(git status --porcelain 2>/dev/null | grep -q . && echo " (with uncommitted changes)" || true)
 python3 - "$WORK" "$SOAK_OUT" "$CSV" "${SNAPSHOT_BYTES:-0}" "$COMMIT$DIRTY" \
     "$SOAK_SECONDS" "$SOAK_RATE" "$SOAK_ACCOUNTS" "$SOAK_WS" "$SOAK_INTERVAL" "$SOAK_IDLE" \
-    "$LOAD_BEFORE" "$LOAD_AFTER" "$SOAK_TAIL" <<'PY'
+    "$LOAD_BEFORE" "$LOAD_AFTER" "$SOAK_TAIL" "$SOAK_MAX_BYTES_PER_ORDER" <<'PY'
 import csv, json, os, sys, datetime, subprocess
 
 work, out, csv_path, snap_bytes, commit = sys.argv[1:6]
 seconds, rate, accounts, ws, interval, idle = sys.argv[6:12]
-load_before, load_after, tail = sys.argv[12:15]
+load_before, load_after, tail, max_per_order = sys.argv[12:16]
+max_per_order = int(max_per_order)
 # The live state is at its steady size once the first orders have ended
 # (a window: 60 s) and left (the tail), plus a window of margin.
 warmup = int(tail) + 120
@@ -234,7 +246,34 @@ add(f"- File-backed memory (the journal's mapped segments: the active one and th
 add(f"- The snapshot at the stop holds only the live state: {snap_bytes / 2**20:.1f} MiB.")
 if p99_first is not None:
     add(f"- Latency: median of the per-interval p99 was {ms(p99_first)} ms in the first half and {ms(p99_second)} ms in the second.")
+
+# The verdict: the script fails on any failed request, any websocket seq
+# gap, or anonymous memory growing after the warm-up by more than
+# SOAK_MAX_BYTES_PER_ORDER per order placed (3 MiB at least, the noise of
+# the allocator between intervals).
+failures = []
+if run["errors"]:
+    failures.append(f"{run['errors']} requests failed")
+if wsr["gaps"]:
+    failures.append(f"{wsr['gaps']} websocket seq gaps")
+if wsr["connected"] < wsr["subscribers"]:
+    failures.append(f"only {wsr['connected']} of {wsr['subscribers']} websocket subscribers connected")
+if len(steady) >= 2:
+    allowed = max(3 * 2**20, max_per_order * n)
+    if grew > allowed:
+        failures.append(f"anonymous memory grew {grew / 2**20:.1f} MiB after the warm-up, over the "
+                        f"{allowed / 2**20:.1f} MiB allowed ({max_per_order} bytes per order, 3 MiB at least)")
+add("\n## Verdict\n")
+if failures:
+    for f in failures:
+        add(f"- FAILED: {f}")
+else:
+    checked = "no failed request, no websocket seq gap"
+    if len(steady) >= 2:
+        checked += f", memory after the warm-up within {max(3 * 2**20, max_per_order * n) / 2**20:.1f} MiB"
+    add(f"- Passed: {checked}.")
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
+sys.exit(1 if failures else 0)
 PY
 echo "soak: wrote $SOAK_OUT and $CSV" >&2
