@@ -82,6 +82,7 @@ struct Progress {
     start: Instant,
     last: Instant,
     first_seq: Option<u64>,
+    last_seq: u64,
     target: Option<u64>,
     calls: u64,
     label: &'static str,
@@ -95,6 +96,7 @@ impl Progress {
             start: now,
             last: now,
             first_seq: None,
+            last_seq: 0,
             target,
             calls: 0,
             label,
@@ -106,6 +108,7 @@ impl Progress {
             return;
         }
         self.first_seq.get_or_insert(seq);
+        self.last_seq = seq;
         self.calls += 1;
         if !self.calls.is_multiple_of(4096) {
             return;
@@ -131,10 +134,19 @@ impl Progress {
         eprint!("{line}");
     }
 
+    /// The last line: where the run ended, at what rate.
     fn finish(&self) {
-        if self.enabled && self.calls >= 4096 {
-            eprintln!();
+        if !self.enabled || self.calls == 0 {
+            return;
         }
+        let secs = self.start.elapsed().as_secs_f64();
+        eprintln!(
+            "\r{} seq {}, {} commands in {secs:.2}s, {:.0} commands/s   ",
+            self.label,
+            self.last_seq,
+            self.calls,
+            self.calls as f64 / secs.max(1e-9)
+        );
     }
 }
 
