@@ -111,7 +111,9 @@ pub struct ServerConfig {
     pub price_interval_ms: u64,
     /// Seed of the simulator's random walks.
     pub price_seed: u64,
-    /// How long a request waits for the sequencer before 503.
+    /// How long a request waits for the sequencer before 503. 0 answers
+    /// every such request 503 at once, after handing it over (the tests of
+    /// retries use it to force a 503 for an order that is then placed).
     pub request_timeout_ms: u64,
     /// Capacity of the queue into the sequencer.
     pub queue_capacity: usize,
