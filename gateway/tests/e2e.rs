@@ -1904,17 +1904,44 @@ fn new_orders_are_rate_limited_per_key_and_cancels_never_are() {
     let a = v.trader("100.00");
     let m = v.open_market(SERIES_A);
 
-    let mut placed = Vec::new();
-    let mut limited = None;
-    for _ in 0..200 {
-        let resp = v.place(a.key(), &buy(&m, "up", "0.01", "1"));
-        if resp.status == 429 {
-            limited = Some(resp);
-            break;
-        }
-        placed.push(id_of(&resp.ok(201)["order"]));
-    }
-    let limited = limited.expect("a 429 within 200 orders sent back to back");
+    // Eight clients at once, until one is limited: the bucket refills 10 a
+    // second, so a single client would never reach the limit on a machine
+    // whose round trip (one journal sync each) is near 100 ms.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let answers: Vec<Resp> = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..8)
+            .map(|_| {
+                let (v, m, a, stop) = (&v, &m, &a, &stop);
+                scope.spawn(move || {
+                    let mut answers = Vec::new();
+                    for _ in 0..100 {
+                        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            break;
+                        }
+                        let resp = v.place(a.key(), &buy(m, "up", "0.01", "1"));
+                        if resp.status == 429 {
+                            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        answers.push(resp);
+                    }
+                    answers
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .flat_map(|c| c.join().expect("client"))
+            .collect()
+    });
+    let placed: Vec<String> = answers
+        .iter()
+        .filter(|r| r.status != 429)
+        .map(|r| id_of(&r.ok(201)["order"]))
+        .collect();
+    let limited = answers
+        .into_iter()
+        .find(|r| r.status == 429)
+        .expect("a 429 within 800 orders from 8 clients at once");
     assert!(
         placed.len() >= 20,
         "a burst of 20 is allowed, got {}",
@@ -2023,7 +2050,7 @@ fn trading_paused_refuses_new_orders_while_cancels_still_work() {
     v.place_ok(a.key(), &buy(&m, "up", "0.40", "1"));
 
     // A pause with an end ends by itself at that time.
-    let until = now_ms() + 1_000;
+    let until = now_ms() + 3_000;
     v.admin("/admin/trading/pause", json!({ "until_ts_ms": until }));
     v.place(a.key(), &buy(&m, "up", "0.41", "1")).err_says(
         503,
