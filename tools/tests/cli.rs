@@ -234,8 +234,10 @@ fn demo_then_sigterm_then_restart_keeps_the_account_and_its_orders() {
     let dir = tempfile::tempdir().unwrap();
     let (mut server, key) = serve(dir.path(), true);
     let key = key.expect("serve --demo prints a key");
-    // The current window opens on the simulator's first print, just after start-up.
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // The current window opens on the simulator's first print, just after
+    // start-up; one closing within a minute (a run just before the hour)
+    // would cancel the order across the restart, so wait for the next.
+    let deadline = Instant::now() + Duration::from_secs(150);
     let ticker = loop {
         let (status, markets) = http(
             &server.addr,
@@ -245,8 +247,16 @@ fn demo_then_sigterm_then_restart_keeps_the_account_and_its_orders() {
             None,
         );
         assert_eq!(status, 200);
-        if let Some(t) = markets["markets"][0]["ticker"].as_str() {
-            break t.to_string();
+        let m = &markets["markets"][0];
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        if m["close_ts_ms"]
+            .as_u64()
+            .is_some_and(|close| close > now + 60_000)
+        {
+            break m["ticker"].as_str().unwrap().to_string();
         }
         assert!(Instant::now() < deadline, "an open aapl-60m window");
         std::thread::sleep(Duration::from_millis(50));
