@@ -944,14 +944,7 @@ fn a_real_server_run_replays_to_what_rest_answered() {
             None,
         );
         let m = &markets["markets"][0];
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        if m["close_ts_ms"]
-            .as_u64()
-            .is_some_and(|close| close > now + 120_000)
-        {
+        if common::closes_after(m, 120_000) {
             break m["ticker"].as_str().unwrap().to_string();
         }
         std::thread::sleep(Duration::from_millis(500));

@@ -248,14 +248,7 @@ fn demo_then_sigterm_then_restart_keeps_the_account_and_its_orders() {
         );
         assert_eq!(status, 200);
         let m = &markets["markets"][0];
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        if m["close_ts_ms"]
-            .as_u64()
-            .is_some_and(|close| close > now + 60_000)
-        {
+        if common::closes_after(m, 60_000) {
             break m["ticker"].as_str().unwrap().to_string();
         }
         assert!(Instant::now() < deadline, "an open aapl-60m window");

@@ -36,6 +36,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Whether a market record (REST shape) closes more than `margin_ms` from
+/// now: a window a test can trade in without its close getting in the way.
+pub fn closes_after(market: &Value, margin_ms: u64) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    market["close_ts_ms"]
+        .as_u64()
+        .is_some_and(|close| close > now + margin_ms)
+}
+
 /// A window length in minutes (about a day) whose current window still has
 /// at least 30 minutes to run, so no window closes while a test runs.
 pub fn window_minutes() -> u64 {
