@@ -993,10 +993,15 @@ impl Publisher {
     /// Removes subscriptions of a connection, without a reply.
     fn drop_subscriptions(&mut self, conn: ConnId, sids: &[Sid]) {
         for &sid in sids {
-            if let Some(sub) = self.conns.get_mut(&conn).and_then(|c| c.subs.remove(&sid)) {
-                self.unindex((conn, sid), &sub);
-            }
+            self.remove_subscription(conn, sid);
         }
+    }
+
+    /// Takes one subscription off its connection and out of the indexes.
+    fn remove_subscription(&mut self, conn: ConnId, sid: Sid) -> Option<Sub> {
+        let sub = self.conns.get_mut(&conn)?.subs.remove(&sid)?;
+        self.unindex((conn, sid), &sub);
+        Some(sub)
     }
 
     fn unsubscribe(&mut self, conn: ConnId, id: &Value, sids: &[Sid]) -> Result<CtlReply, WsError> {
@@ -1006,12 +1011,7 @@ impl Publisher {
         }
         let mut reply = CtlReply::default();
         for &sid in sids {
-            let sub = self
-                .conns
-                .get_mut(&conn)
-                .and_then(|c| c.subs.remove(&sid))
-                .expect("checked");
-            self.unindex((conn, sid), &sub);
+            let sub = self.remove_subscription(conn, sid).expect("checked");
             reply.frames.push(protocol::reply(
                 id,
                 "unsubscribed",
