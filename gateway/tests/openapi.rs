@@ -939,7 +939,9 @@ fn order(
     .to_string()
 }
 
-/// An open window of the `aapl-60m` series, once a price has arrived.
+/// An open window of the `aapl-60m` series, once a price has arrived,
+/// with at least 30 s to run: a close in the middle of the test would
+/// cancel its resting orders. Near the hour it waits for the next window.
 fn open_market(c: &mut Conformance, server: &Server) -> String {
     admin(
         server,
@@ -947,7 +949,7 @@ fn open_market(c: &mut Conformance, server: &Server) -> String {
         "/admin/prices",
         json!({ "symbol": "AAPL", "price": "230.25" }),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let reply = c.call(
             "GET",
@@ -956,8 +958,27 @@ fn open_market(c: &mut Conformance, server: &Server) -> String {
             None,
             None,
         );
-        if let Some(t) = reply.json()["markets"][0]["ticker"].as_str() {
-            return t.to_string();
+        let json = reply.json();
+        let market = &json["markets"][0];
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as u64;
+        match (market["ticker"].as_str(), market["close_ts_ms"].as_u64()) {
+            (Some(t), Some(close)) if close > now + 30_000 => return t.to_string(),
+            (Some(_), Some(close)) => {
+                // Closing soon: wait for its close, then a price opens the
+                // next window.
+                std::thread::sleep(Duration::from_millis(close.saturating_sub(now) + 200));
+                admin(
+                    server,
+                    "POST",
+                    "/admin/prices",
+                    json!({ "symbol": "AAPL", "price": "230.25" }),
+                );
+                deadline = Instant::now() + Duration::from_secs(10);
+            }
+            _ => {}
         }
         assert!(
             Instant::now() < deadline,

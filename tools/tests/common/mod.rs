@@ -28,14 +28,6 @@ pub fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind a free port")
-        .local_addr()
-        .expect("address")
-        .port()
-}
-
 /// Whether a market record (REST shape) closes more than `margin_ms` from
 /// now: a window a test can trade in without its close getting in the way.
 pub fn closes_after(market: &Value, margin_ms: u64) -> bool {
@@ -231,12 +223,24 @@ impl Launch {
 /// A running (or exited) `updown serve`.
 pub struct Serve {
     pub child: Child,
+    /// The REST/websocket and admin addresses, known once it has started
+    /// (`Launch::try_start`); empty after a bare `spawn`.
     pub addr: String,
     pub admin_addr: String,
     pub data_dir: PathBuf,
     pub stdout: Lines,
     pub stderr: Lines,
     exited: Option<ExitStatus>,
+}
+
+/// The addresses in the server's start line, "updown V listening on
+/// http://ADDR/v1 (admin on ADMIN, data in DIR)", once it is printed.
+fn listening_on(stdout: &str) -> Option<(String, String)> {
+    let line = stdout.lines().find(|l| l.contains(" listening on "))?;
+    let (_, rest) = line.split_once(" listening on http://")?;
+    let (addr, rest) = rest.split_once("/v1 (admin on ")?;
+    let (admin, _) = rest.split_once(", data in ")?;
+    Some((addr.to_string(), admin.to_string()))
 }
 
 /// Why a start did not reach "listening on".
@@ -250,19 +254,16 @@ pub struct StartFailure {
 impl Launch {
     /// Spawns the child without waiting for anything.
     pub fn spawn(&self) -> Serve {
-        let (port, admin_port) = (free_port(), free_port());
         let mut command = Command::new(BIN);
         command.arg("serve").arg("--data-dir").arg(&self.data_dir);
         if let Some(config) = &self.config {
             command.arg("--config").arg(config);
         }
         command
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--admin-listen",
-                &format!("127.0.0.1:{admin_port}"),
-            ])
+            // Port 0: the kernel picks free ports as the server binds them
+            // (a port picked here and bound later could be taken meanwhile);
+            // `try_start` reads them from the line the server prints.
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
             .args(&self.args)
             .env("UPDOWN_LOG", &self.log)
             .stdin(Stdio::null())
@@ -274,8 +275,8 @@ impl Launch {
         stderr.collect(child.stderr.take().expect("stderr"));
         Serve {
             child,
-            addr: format!("127.0.0.1:{port}"),
-            admin_addr: format!("127.0.0.1:{admin_port}"),
+            addr: String::new(),
+            admin_addr: String::new(),
             data_dir: self.data_dir.clone(),
             stdout,
             stderr,
@@ -288,7 +289,9 @@ impl Launch {
         let mut serve = self.spawn();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if serve.stdout.text().contains("listening on") {
+            if let Some((addr, admin_addr)) = listening_on(&serve.stdout.text()) {
+                serve.addr = addr;
+                serve.admin_addr = admin_addr;
                 return Ok(serve);
             }
             if let Some(status) = serve.child.try_wait().expect("wait") {
