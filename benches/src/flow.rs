@@ -416,8 +416,9 @@ impl Generator {
     fn setup(&mut self, venue: &VenueConfig, traders: u32) -> Vec<Stamped> {
         let mut setup = vec![self.apply(Command::Configure(venue.clone()))];
         for (ticker, symbol, units) in SERIES {
-            // A print at the window's open gives it its price to beat, so
-            // the window opens as soon as the series lists it.
+            // A print at the window's open gives it its price to beat; one
+            // 1 ms after the open (within a feed's allowed lead on the
+            // venue's clock) makes it final, so the window opens at once.
             let price_e8 = units * 100_000_000;
             setup.push(self.apply(Command::Price {
                 symbol: symbol.into(),
@@ -433,6 +434,11 @@ impl Generator {
                 maker_fee_bps: 0,
                 market_cap_cents: MONEY_CENTS_MAX,
             })));
+            setup.push(self.apply(Command::Price {
+                symbol: symbol.into(),
+                price_e8,
+                t_ms: T0 + 1,
+            }));
             let series = self
                 .state
                 .series_by_ticker(ticker)

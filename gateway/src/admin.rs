@@ -300,7 +300,7 @@ async fn show(admin: &Admin, id: &str) -> Response {
                     "terms_accepted": a.terms_accepted,
                     "trading_allowed": a.trading_allowed,
                     "suspended": a.suspended,
-                    "resting_orders": a.resting_orders,
+                    "resting_orders": a.resting_orders(),
                     "active_keys": state.active_keys(a.id),
                 }),
             ))

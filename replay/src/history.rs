@@ -497,6 +497,7 @@ mod tests {
             hold: i64::MAX,
             max_fee_per_contract: i64::MAX,
             node: u32::MAX,
+            account_slot: 0,
         }
     }
 

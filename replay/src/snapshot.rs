@@ -14,7 +14,8 @@
 //! The version also names the layout of the state: it goes up whenever an
 //! archived type changes (3: the idempotency index that grows a few slots
 //! at a time; 4: the history tail, orders and fills in tables whose oldest
-//! records leave), and a snapshot of another version is skipped with a message
+//! records leave; 5: each account's set of resting orders), and a
+//! snapshot of another version is skipped with a message
 //! that says so; the state is then rebuilt from the journal.
 
 use std::fs;
@@ -27,7 +28,7 @@ use sequencer::state::{Fill, Order};
 use sequencer::State;
 
 const MAGIC: &[u8; 8] = b"UPDNSNAP";
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 const HEADER_LEN: usize = 32;
 
 /// Orders or fills per section of a snapshot.
@@ -430,6 +431,7 @@ mod tests {
             hold: 0,
             max_fee_per_contract: 1,
             node: u32::MAX,
+            account_slot: 0,
         };
         let fill = |id: u64| Fill {
             id,

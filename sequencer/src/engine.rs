@@ -33,6 +33,8 @@ struct DryRun {
 /// Which permission a command needs.
 #[derive(Clone, Copy)]
 enum Need {
+    /// A valid key, whatever its scopes (GET /account: a key sees itself).
+    Any,
     Read,
     Trade,
 }
@@ -117,7 +119,8 @@ impl State {
         check_key(key, suspended, self.now_ms, self.config.environment, None)
             .map_err(unauthorized)?;
         let (allowed, name) = match need {
-            Need::Read => (key.scopes.read || key.scopes.trade, "read"),
+            Need::Any => (true, ""),
+            Need::Read => (key.scopes.read, "read"),
             Need::Trade => (key.scopes.trade, "trade"),
         };
         if !allowed {
@@ -132,6 +135,11 @@ impl State {
     /// Read access for queries; public so the query layer shares the rule.
     pub fn authorize_read(&self, idx: KeyIdx) -> Result<&Key, Reject> {
         self.authorize(idx, Need::Read)
+    }
+
+    /// A valid key, whatever its scopes (GET /account).
+    pub fn authorize_any(&self, idx: KeyIdx) -> Result<&Key, Reject> {
+        self.authorize(idx, Need::Any)
     }
 
     // ----- time and prices --------------------------------------------------
@@ -233,11 +241,15 @@ impl State {
             .clone();
         let prints = self.prices.get(&symbol);
         if status == MarketStatus::Scheduled && now >= open_ts && now < close_ts {
-            // DESIGN §2: the last print at or before the open; when the venue
-            // has none, the first print after it (a late open, documented).
+            // DESIGN §2: the last print at or before the open. It is final
+            // only once a print after the open has arrived (a symbol's prints
+            // never go back in time; a feed's print of just before the open
+            // may reach the sequencer after it), so the window waits for
+            // one. With no print at or before the open it opens on that
+            // first print after (a late open, documented).
             let beat = prints.and_then(|p| {
-                p.last_at_or_before(open_ts)
-                    .or_else(|| p.first_after(open_ts))
+                p.first_after(open_ts)
+                    .map(|after| p.last_at_or_before(open_ts).unwrap_or(after))
             });
             if let Some(beat) = beat {
                 let m = &mut self.markets[id as usize];
@@ -379,6 +391,15 @@ impl State {
         if t_ms > TS_MS_MAX {
             return Reply::reject(ErrorCode::BadRequest, "t_ms is out of range");
         }
+        if t_ms > self.now_ms.saturating_add(PRINT_AHEAD_MS_MAX) {
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                format!(
+                    "t_ms is more than {} seconds ahead of the exchange's clock",
+                    PRINT_AHEAD_MS_MAX / 1000
+                ),
+            );
+        }
         let prints = self.prices.entry(symbol.to_string()).or_default();
         if prints.latest().is_some_and(|(last, _)| t_ms < last) {
             return Reply::reject(
@@ -467,7 +488,7 @@ impl State {
             orders: Default::default(),
             fills: Default::default(),
             last_evicted_fill: 0,
-            resting_orders: 0,
+            resting: Vec::new(),
             created_ts_ms: self.now_ms,
         });
         Reply::AccountCreated { account: id }
@@ -482,11 +503,8 @@ impl State {
         if let Err(reject) = self.known_account(id) {
             return reject.into();
         }
-        if !(1..=MONEY_CENTS_MAX).contains(&cents) {
-            return Reply::reject(
-                ErrorCode::BadRequest,
-                "amount must be positive and at most $10,000,000,000",
-            );
+        if let Err(reject) = check_amount(cents) {
+            return reject.into();
         }
         let account = self.account_mut(id).expect("checked");
         if account.cash + cents > MONEY_CENTS_MAX {
@@ -511,11 +529,8 @@ impl State {
             Ok(a) => a,
             Err(reject) => return reject.into(),
         };
-        if !(1..=MONEY_CENTS_MAX).contains(&cents) {
-            return Reply::reject(
-                ErrorCode::BadRequest,
-                "amount must be positive and at most $10,000,000,000",
-            );
+        if let Err(reject) = check_amount(cents) {
+            return reject.into();
         }
         if cents > account.buying_power() {
             return Reply::reject(
@@ -990,6 +1005,7 @@ impl State {
             hold: 0,
             max_fee_per_contract: max_fee,
             node: NIL,
+            account_slot: 0,
         };
         order.hold = order.hold_formula();
         let top_before = self.top(market_id);
@@ -1281,7 +1297,9 @@ impl State {
         let key = &mut self.keys[key as usize];
         key.resting_orders += 1;
         *key.resting_by_market.entry(market_id).or_default() += 1;
-        self.accounts[account as usize - 1].resting_orders += 1;
+        let resting = &mut self.accounts[account as usize - 1].resting;
+        self.orders[id].account_slot = resting.len() as u32;
+        resting.push(id);
     }
 
     /// Bookkeeping when a resting order leaves the book fully filled.
@@ -1289,6 +1307,7 @@ impl State {
         let order = &mut self.orders[id];
         order.node = NIL;
         let (key, account, market) = (order.key, order.account, order.market);
+        let slot = order.account_slot as usize;
         let key = &mut self.keys[key as usize];
         key.resting_orders -= 1;
         if let Some(n) = key.resting_by_market.get_mut(&market) {
@@ -1297,7 +1316,11 @@ impl State {
                 key.resting_by_market.remove(&market);
             }
         }
-        self.accounts[account as usize - 1].resting_orders -= 1;
+        let resting = &mut self.accounts[account as usize - 1].resting;
+        resting.swap_remove(slot);
+        if let Some(&moved) = resting.get(slot) {
+            self.orders[moved].account_slot = slot as u32;
+        }
     }
 
     /// Releases the cash or contracts an order still commits and gives back
@@ -1445,17 +1468,8 @@ impl State {
             );
         }
         let account = self.account(account_id).expect("key's account");
-        let mut resting = Vec::with_capacity(account.resting_orders as usize);
-        // Newest first until every resting order is found, then oldest first.
-        for &id in account.orders.iter().rev() {
-            if resting.len() == account.resting_orders as usize {
-                break;
-            }
-            if self.orders[id].is_resting() {
-                resting.push(id);
-            }
-        }
-        resting.reverse();
+        let mut resting = account.resting.clone();
+        resting.sort_unstable(); // oldest first
         resting.retain(|&id| {
             let m = &self.markets[self.orders[id].market as usize];
             market.is_none_or(|t| m.ticker == t)
@@ -1551,6 +1565,19 @@ fn order_hold(new: &NewOrder, series: &Series) -> Cents {
                     ))
         }
         Action::Sell => 0,
+    }
+}
+
+/// A deposit's or withdrawal's amount (the admin API checks a new
+/// account's opening cash with it before creating the account).
+pub fn check_amount(cents: Cents) -> Result<(), Reject> {
+    if (1..=MONEY_CENTS_MAX).contains(&cents) {
+        Ok(())
+    } else {
+        Err(Reject::new(
+            ErrorCode::BadRequest,
+            "amount must be positive and at most $10,000,000,000",
+        ))
     }
 }
 

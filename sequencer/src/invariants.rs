@@ -145,6 +145,15 @@ impl State {
                         *per_key_market.entry((o.key, o.market)).or_default() += 1;
                         per_account[o.account as usize - 1] += 1;
                         resting_total += 1;
+                        let listed = self.accounts[o.account as usize - 1]
+                            .resting
+                            .get(o.account_slot as usize);
+                        if listed != Some(&o.id) {
+                            return Err(format!(
+                                "order {} rests but its account's resting list has {listed:?} at its place",
+                                o.id
+                            ));
+                        }
                         match o.action {
                             Action::Buy => {
                                 buy_notional += Cents::from(o.remaining()) * Cents::from(o.price)
@@ -181,7 +190,7 @@ impl State {
         let resting_accounts: u64 = self
             .accounts
             .iter()
-            .map(|a| u64::from(a.resting_orders))
+            .map(|a| u64::from(a.resting_orders()))
             .sum();
         if resting_accounts != resting_total {
             return Err(format!(
@@ -195,7 +204,7 @@ impl State {
                     a.id, a.held
                 ));
             }
-            if a.resting_orders != per_account[a.id as usize - 1] {
+            if a.resting_orders() != per_account[a.id as usize - 1] {
                 return Err(format!("account {} resting count is off", a.id));
             }
             for (&key, p) in &a.positions {

@@ -83,3 +83,9 @@ pub const MONEY_CENTS_MAX: i64 = 1_000_000_000_000;
 pub const SYMBOL_LEN_MAX: usize = 32;
 /// Highest epoch millisecond value on the wire (2^53 - 1).
 pub const TS_MS_MAX: u64 = 9_007_199_254_740_991;
+/// How far a print's `t_ms` may be ahead of the venue's clock (the stamp
+/// of the command that brings it): room for a feed's clock running a
+/// little fast, not for a print from the future. One print far ahead would
+/// open and settle windows on itself and make every later real print
+/// "before the symbol's last print".
+pub const PRINT_AHEAD_MS_MAX: u64 = 5_000;

@@ -5,7 +5,7 @@ use crate::limits::{FILLS_LIMIT_MAX, FILLS_LIMIT_MIN, LIST_LIMIT_MAX, ORDER_LIST
 use crate::reply::{ErrorCode, Reject};
 use crate::state::{position_parts, Fill, Key, Market, Order, State, Trade};
 use crate::types::{
-    AccountId, Cents, ClientOrderId, KeyIdx, MarketId, MarketStatus, OrderStatus, Outcome,
+    AccountId, Cents, ClientOrderId, KeyIdx, MarketId, MarketStatus, OrderId, OrderStatus, Outcome,
     PriceCents,
 };
 
@@ -108,7 +108,7 @@ fn empty<T>() -> Page<T> {
 impl State {
     /// The key behind GET /account; any valid key may read itself.
     pub fn query_account(&self, key: KeyIdx) -> Result<&Key, Reject> {
-        self.authorize_read(key)
+        self.authorize_any(key)
     }
 
     /// One order of the key's account.
@@ -136,12 +136,33 @@ impl State {
             },
             None => None,
         };
+        // Candidates, newest first, from the smallest list that holds every
+        // match, so that a filter matching little never walks the day's
+        // orders on the sequencer thread: a client_order_id is looked up in
+        // the idempotency index, resting orders come from the account's
+        // list of them, and the cursor cuts the day's list by binary search.
+        let below = |id: &OrderId| filter.cursor.is_none_or(|c| *id < c);
+        let ids: Box<dyn Iterator<Item = OrderId>> = if let Some(wanted) = &filter.client_order_id {
+            let orders = &self.orders;
+            let found = self.client_orders.get(wanted.index_hash(account_id), |id| {
+                orders
+                    .get(id)
+                    .is_some_and(|o| o.account == account_id && o.client_order_id == *wanted)
+            });
+            Box::new(found.into_iter().filter(below))
+        } else if filter.status == Some(OrderStatus::Resting) {
+            let mut resting: Vec<OrderId> = account.resting.iter().copied().filter(below).collect();
+            resting.sort_unstable_by(|a, b| b.cmp(a));
+            Box::new(resting.into_iter())
+        } else {
+            let end = filter.cursor.map_or(account.orders.len(), |c| {
+                account.orders.partition_point(|&id| id < c)
+            });
+            Box::new(account.orders.range(..end).rev().copied())
+        };
         let mut items = Vec::new();
         let mut more = false;
-        for &id in account.orders.iter().rev() {
-            if filter.cursor.is_some_and(|c| id >= c) {
-                continue;
-            }
+        for id in ids {
             let order = self.order(id).expect("account orders exist");
             if order.created_ts_ms < since {
                 break;
@@ -277,9 +298,22 @@ impl State {
             None => None,
         };
         let end = cursor.map_or(self.markets.len(), |c| (c as usize).min(self.markets.len()));
+        // Candidates, newest first, from the smallest list that holds every
+        // match: the unsettled markets for an unsettled status, the series'
+        // own markets for a series; only then every market. Markets pile up
+        // for ever (a few thousand a day), and this runs on the sequencer
+        // thread, so a filter that matches little must not walk them all.
+        // Each list is in id order: the cursor cuts it by binary search.
+        let candidates: Box<dyn Iterator<Item = &Market>> = match (status, series_id) {
+            (Some(s), _) if s != MarketStatus::Settled => {
+                self.markets_among(&self.active_markets, end)
+            }
+            (_, Some(series)) => self.markets_among(&self.series[series as usize].markets, end),
+            _ => Box::new(self.markets[..end].iter().rev()),
+        };
         let mut items = Vec::new();
         let mut more = false;
-        for market in self.markets[..end].iter().rev() {
+        for market in candidates {
             if series_id.is_some_and(|s| market.series != s)
                 || status.is_some_and(|s| market.status != s)
             {
@@ -293,6 +327,21 @@ impl State {
         }
         let last = items.last().map(|m: &&Market| u64::from(m.id));
         Ok(page(items, more, last))
+    }
+
+    /// The markets of `ids` (in id order) below id `end`, newest first.
+    fn markets_among<'a>(
+        &'a self,
+        ids: &'a [MarketId],
+        end: usize,
+    ) -> Box<dyn Iterator<Item = &'a Market> + 'a> {
+        let below = ids.partition_point(|&id| (id as usize) < end);
+        Box::new(
+            ids[..below]
+                .iter()
+                .rev()
+                .map(|&id| &self.markets[id as usize]),
+        )
     }
 
     /// The book of a market, up to `depth` levels a side (all when `None`).

@@ -64,12 +64,19 @@ pub struct Account {
     /// Newest of the account's fills that left the live state (0: none);
     /// the history store chains each evicted fill to the one before it.
     pub last_evicted_fill: FillId,
-    /// Orders of the account resting now.
-    pub resting_orders: u32,
+    /// The account's orders resting now, in no order (each knows its place
+    /// here: `Order::account_slot`): cancel-all takes them from here, not
+    /// from a walk over the account's orders of the last day (one old
+    /// resting order would make that walk the whole day long).
+    pub resting: Vec<OrderId>,
     pub created_ts_ms: TsMs,
 }
 
 impl Account {
+    /// Orders of the account resting now.
+    pub fn resting_orders(&self) -> u32 {
+        self.resting.len() as u32
+    }
     /// What the account can spend on new orders now.
     pub fn buying_power(&self) -> Cents {
         self.cash - self.held
@@ -235,6 +242,8 @@ pub struct Order {
     pub max_fee_per_contract: Cents,
     /// Node in the book while resting, else `NIL`.
     pub node: u32,
+    /// Place in its account's `resting` list while resting.
+    pub account_slot: u32,
 }
 
 impl Order {

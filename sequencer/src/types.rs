@@ -239,7 +239,8 @@ pub struct KeyLimits {
     pub max_order_cents: Option<u64>,
     /// Notional the key may commit per UTC day.
     pub max_daily_cents: Option<u64>,
-    /// Orders of this key that may rest at once, across markets.
+    /// Orders of this key that may rest at once in one market (SPEC: "max
+    /// resting orders per market").
     pub max_open_orders: Option<u32>,
     /// Series the key may trade; `None` means all.
     pub series: Option<Vec<String>>,

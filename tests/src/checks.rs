@@ -310,7 +310,9 @@ impl EventChecker {
     /// (the first print after it when there was none: a late open); the
     /// settlement price is the first print at or after the close; the result
     /// is up when settlement >= price to beat, and there is none for a window
-    /// that never opened. Checked against the prints seen so far.
+    /// that never opened. Checked against the prints seen so far: a window
+    /// must not open before a print after its open has arrived, since until
+    /// then a later print could still be the last at or before the open.
     fn check_lifecycle(&self, state: &State, id: MarketId, phase: &Phase) -> Result<(), String> {
         let market = state.market(id).ok_or("unknown market")?;
         let symbol = &state.series_of(market).config.symbol;
@@ -320,6 +322,11 @@ impl EventChecker {
             Phase::Open { price_to_beat_e8 } => {
                 let at_or_before = prints.iter().rev().find(|&&(t, _)| t <= market.open_ts_ms);
                 let after = prints.iter().find(|&&(t, _)| t > market.open_ts_ms);
+                if after.is_none() {
+                    return Err(format!(
+                        "opened on {price_to_beat_e8:?} before any print after its open"
+                    ));
+                }
                 let expected = at_or_before.or(after).map(|&(_, p)| p);
                 if price_to_beat_e8 != expected || expected.is_none() {
                     return Err(format!(
@@ -604,7 +611,7 @@ impl Digest {
     /// Summarises a state in O(accounts + keys).
     pub fn of(state: &State) -> Self {
         let positions: usize = state.accounts.iter().map(|a| a.positions.len()).sum();
-        let resting: u32 = state.accounts.iter().map(|a| a.resting_orders).sum();
+        let resting: u32 = state.accounts.iter().map(|a| a.resting_orders()).sum();
         let flags = state
             .accounts
             .iter()

@@ -70,7 +70,15 @@ impl Venue {
             price_e8: 100 * 100_000_000,
             t_ms: T0,
         });
-        venue.ok(Command::CreateSeries(series));
+        venue.ok(Command::CreateSeries(series.clone()));
+        // The window opens once a print after its open has arrived (the
+        // last print at or before the open is final only then): one 1 ms
+        // later, within the feed's allowed lead on the venue's clock.
+        venue.ok(Command::Price {
+            symbol: series.symbol,
+            price_e8: 100 * 100_000_000,
+            t_ms: T0 + 1,
+        });
         venue
     }
 

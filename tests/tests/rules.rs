@@ -161,6 +161,49 @@ fn cancel_all_cancels_resting_orders_and_honours_its_filters() {
     assert_eq!(v.buying_power(a), 100_00);
 }
 
+/// Cancel-all finds an account's resting orders from its list of them, so
+/// an old resting order behind many ended ones is found as fast as a new
+/// one; fills and cancels in between keep that list exact (the invariant
+/// checks after every command compare it with the books).
+#[test]
+fn cancel_all_finds_an_old_resting_order_behind_many_ended_ones() {
+    let mut v = Venue::new();
+    let (a, b) = (v.trader(1_000_00), v.trader(1_000_00));
+    let old = v.place(a, "buy up 0.10 x1").unwrap();
+    for i in 0..300u64 {
+        let order = v.place(a, "buy up 0.20 x1").unwrap();
+        match i % 3 {
+            0 => {
+                v.cancel(a, order.id).unwrap();
+            }
+            // b's sell of a pair fills the oldest 0.20 bid in full.
+            1 => {
+                v.place(b, "buy down 0.80 x1 ioc").unwrap();
+            }
+            _ => {}
+        }
+    }
+    // What a walk over every order of the account finds resting.
+    let account = v.state.account(a.account).unwrap();
+    let kept: Vec<u64> = account
+        .orders
+        .iter()
+        .copied()
+        .filter(|&id| v.state.order(id).unwrap().is_resting())
+        .collect();
+    assert_eq!(kept.len(), 101);
+    assert_eq!(kept[0], old.id);
+    assert_eq!(account.resting_orders() as usize, kept.len());
+    let all = v.run(Command::CancelAll {
+        key: a.key,
+        market: None,
+        series: None,
+    });
+    assert_eq!(all, Reply::Canceled { order_ids: kept });
+    assert_eq!(v.state.account(a.account).unwrap().resting_orders(), 0);
+    assert_eq!(v.buying_power(a), v.cash(a));
+}
+
 #[test]
 fn the_window_close_cancels_resting_orders_and_settlement_pays_the_winners() {
     let mut v = Venue::new();
@@ -565,7 +608,9 @@ fn keys_are_refused_when_revoked_expired_suspended_or_of_the_other_environment()
         key,
     };
     v.place(expiring, "buy up 0.10 x1").unwrap();
-    v.now += 24 * 3_600_000;
+    // A day on (and 1 ms, so that the print is after the open of the
+    // window then current, which opens on it).
+    v.now += 24 * 3_600_000 + 1;
     v.print(100);
     assert_eq!(
         v.refused(expiring, "buy up 0.10 x1", ErrorCode::Unauthorized),
@@ -936,6 +981,259 @@ fn a_window_with_no_earlier_print_opens_on_the_first_print_after_it() {
         v.state.markets[market].price_to_beat_e8,
         Some(230 * 100_000_000)
     );
+}
+
+/// DESIGN §2: the price to beat is the last print at or before the open.
+/// A feed's print of just before the open can reach the sequencer after
+/// it, so the window waits for a print after its open before it opens.
+#[test]
+fn the_price_to_beat_is_the_last_print_before_the_open_even_when_it_arrives_late() {
+    let mut v = Venue::empty();
+    v.ok(Command::Configure(VenueConfig::default()));
+    v.ok(Command::CreateSeries(SeriesConfig {
+        ticker: "beat".into(),
+        symbol: "AAPL".into(),
+        window_ms: WINDOW_MS,
+        list_ahead: 1,
+        taker_fee_bps: 0,
+        maker_fee_bps: 0,
+        market_cap_cents: 1_000_00,
+    }));
+    let next = v.state.series_by_ticker("beat").unwrap().markets[1] as usize;
+    let open = v.state.markets[next].open_ts_ms;
+    assert_eq!(open, T0 + WINDOW_MS);
+    let print = |v: &mut Venue, dollars: i64, t_ms: u64| {
+        v.ok(Command::Price {
+            symbol: "AAPL".into(),
+            price_e8: dollars * 100_000_000,
+            t_ms,
+        });
+    };
+    v.now = open - 1_000;
+    print(&mut v, 100, open - 1_000);
+    v.advance(1_000);
+    assert_eq!(
+        v.state.markets[next].status,
+        MarketStatus::Scheduled,
+        "no print after the open yet: a later one may still be at or before it"
+    );
+    // Stamped after the open, printed 1 ms before it: the price to beat.
+    v.now = open + 2;
+    print(&mut v, 101, open - 1);
+    assert_eq!(v.state.markets[next].status, MarketStatus::Scheduled);
+    v.now = open + 5;
+    print(&mut v, 102, open + 5);
+    let market = &v.state.markets[next];
+    assert_eq!(market.status, MarketStatus::Open);
+    assert_eq!(market.price_to_beat_e8, Some(101 * 100_000_000));
+}
+
+/// A print far ahead of the venue's clock would open and settle windows on
+/// itself and make every later real print "before the last one".
+#[test]
+fn prints_ahead_of_the_venue_clock_by_more_than_five_seconds_are_refused() {
+    let mut v = Venue::new();
+    let ahead = v.run(Command::Price {
+        symbol: SYMBOL.into(),
+        price_e8: 1,
+        t_ms: v.now + 5_001,
+    });
+    let refusal = ahead.rejection().expect("refused");
+    assert_eq!(refusal.code, ErrorCode::BadRequest);
+    assert_eq!(
+        refusal.message,
+        "t_ms is more than 5 seconds ahead of the exchange's clock"
+    );
+    assert!(!v
+        .run(Command::Price {
+            symbol: SYMBOL.into(),
+            price_e8: 1,
+            t_ms: v.now + 5_000,
+        })
+        .is_rejected());
+}
+
+/// SPEC: the portfolio reads need the Read permission; Trade allows
+/// placing and cancelling only.
+#[test]
+fn a_key_without_read_cannot_read_the_account() {
+    let mut v = Venue::new();
+    let account = v.account(100_00);
+    let key = v.key(
+        account,
+        Scopes {
+            read: false,
+            trade: true,
+        },
+        big_limits(),
+    );
+    let trader = tests::harness::Trader { account, key };
+    let order = v.place(trader, "buy up 0.10 x1").unwrap();
+    let lacks = |r: sequencer::Reject| {
+        assert_eq!(r.code, ErrorCode::Forbidden);
+        assert_eq!(r.message, "This API key lacks the read permission.");
+    };
+    lacks(v.state.query_balance(key).unwrap_err());
+    lacks(v.state.query_positions(key).unwrap_err());
+    lacks(v.state.query_order(key, order.id).expect_err("refused"));
+    // GET /account is "(key)": any valid key may see itself.
+    assert!(v.state.query_account(key).is_ok());
+    v.cancel(trader, order.id).unwrap();
+}
+
+/// The order list answers a client_order_id from the idempotency index,
+/// resting orders from the account's list of them and a cursor by binary
+/// search; every filter gives exactly what a walk over the day's orders
+/// would.
+#[test]
+fn the_order_list_matches_a_walk_over_the_days_orders() {
+    let mut v = Venue::new();
+    let (a, b) = (v.trader(1_000_00), v.trader(1_000_00));
+    for i in 0..120u64 {
+        let order = v
+            .place(a, &format!("buy up 0.{:02} x2", 10 + i % 30))
+            .unwrap();
+        match i % 4 {
+            0 => {
+                v.cancel(a, order.id).unwrap();
+            }
+            1 => {
+                v.place(b, "buy down 0.90 x1 ioc").unwrap();
+            }
+            _ => {}
+        }
+        if i == 60 {
+            // A new window: later orders are in another market.
+            v.now = T0 + WINDOW_MS + 1;
+            v.print(100);
+        }
+    }
+    let account = v.state.account(a.account).unwrap();
+    let all: Vec<sequencer::state::Order> = account
+        .orders
+        .iter()
+        .rev()
+        .map(|&id| *v.state.order(id).unwrap())
+        .collect();
+    let some_coid = all[37].client_order_id;
+    let markets: Vec<Option<String>> = vec![
+        None,
+        Some(v.state.markets[all[0].market as usize].ticker.clone()),
+        Some(v.state.markets[all[119].market as usize].ticker.clone()),
+    ];
+    let statuses = [
+        None,
+        Some(OrderStatus::Resting),
+        Some(OrderStatus::Canceled),
+        Some(OrderStatus::Executed),
+    ];
+    let cursors = [
+        None,
+        Some(all[0].id + 1),
+        Some(all[50].id),
+        Some(all[119].id),
+        Some(1),
+    ];
+    for market in &markets {
+        for status in statuses {
+            for coid in [None, Some(some_coid)] {
+                for cursor in cursors {
+                    let naive: Vec<u64> = all
+                        .iter()
+                        .filter(|o| cursor.is_none_or(|c| o.id < c))
+                        .filter(|o| {
+                            market
+                                .as_ref()
+                                .is_none_or(|t| v.state.markets[o.market as usize].ticker == *t)
+                        })
+                        .filter(|o| status.is_none_or(|s| o.status == s))
+                        .filter(|o| coid.is_none_or(|c| o.client_order_id == c))
+                        .map(|o| o.id)
+                        .take(7)
+                        .collect();
+                    let filter = OrderFilter {
+                        market_ticker: market.clone(),
+                        client_order_id: coid,
+                        status,
+                        limit: Some(7),
+                        cursor,
+                    };
+                    let page = v.state.query_orders(a.key, &filter).unwrap();
+                    let got: Vec<u64> = page.items.iter().map(|o| o.id).collect();
+                    assert_eq!(got, naive, "{filter:?}");
+                }
+            }
+        }
+    }
+}
+
+/// The market list answers from the unsettled markets or the series' own
+/// list when a filter allows it; every filter and cursor gives exactly what
+/// a walk over every market would.
+#[test]
+fn the_market_list_matches_a_walk_over_every_market() {
+    let mut v = Venue::new();
+    v.ok(Command::CreateSeries(SeriesConfig {
+        ticker: "eth-1m".into(),
+        symbol: "X:ETHUSD".into(),
+        window_ms: WINDOW_MS,
+        list_ahead: 1,
+        taker_fee_bps: 0,
+        maker_fee_bps: 0,
+        market_cap_cents: 1_000_00,
+    }));
+    // 40 windows go by; the ETH series gets prints only now and then, so
+    // some of its windows close without settling for a while.
+    for minute in 1..=40u64 {
+        v.now = T0 + minute * WINDOW_MS + 1;
+        v.print(100 + minute as i64);
+        if minute % 7 == 0 {
+            v.ok(Command::Price {
+                symbol: "X:ETHUSD".into(),
+                price_e8: 3_000 * 100_000_000,
+                t_ms: v.now,
+            });
+        }
+        v.advance(0);
+    }
+    let statuses = [
+        None,
+        Some(MarketStatus::Scheduled),
+        Some(MarketStatus::Open),
+        Some(MarketStatus::Closed),
+        Some(MarketStatus::Settled),
+    ];
+    let total = v.state.markets.len() as u64;
+    for series in [None, Some(SERIES), Some("eth-1m")] {
+        for status in statuses {
+            for cursor in [None, Some(total), Some(total / 2), Some(3), Some(0)] {
+                let naive: Vec<u32> = v
+                    .state
+                    .markets
+                    .iter()
+                    .rev()
+                    .filter(|m| cursor.is_none_or(|c| u64::from(m.id) < c))
+                    .filter(|m| series.is_none_or(|t| v.state.series_of(m).config.ticker == t))
+                    .filter(|m| status.is_none_or(|s| m.status == s))
+                    .map(|m| m.id)
+                    .take(5)
+                    .collect();
+                let page = v
+                    .state
+                    .query_markets(series, status, Some(5), cursor)
+                    .unwrap();
+                let got: Vec<u32> = page.items.iter().map(|m| m.id).collect();
+                assert_eq!(got, naive, "{series:?} {status:?} {cursor:?}");
+            }
+        }
+    }
+    // Every status occurs, so the comparison above covered each path.
+    for status in statuses.into_iter().flatten() {
+        assert!(
+            v.state.markets.iter().any(|m| m.status == status),
+            "{status:?}"
+        );
+    }
 }
 
 #[test]

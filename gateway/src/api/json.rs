@@ -292,6 +292,7 @@ mod tests {
             hold: 0,
             max_fee_per_contract: 2,
             node: u32::MAX,
+            account_slot: 0,
         }
     }
 
