@@ -100,6 +100,24 @@ async fn body(raw: Body) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
+/// A path segment (an account or key id). One that cannot be read (not
+/// UTF-8 once decoded) is refused in the API's error shape, not axum's
+/// plain-text rejection.
+struct Segment(String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Segment {
+    type Rejection = ApiError;
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(segment)| Self(segment))
+            .map_err(|_| ApiError::bad_request("The id in the path is not valid UTF-8."))
+    }
+}
+
 fn only(map: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
     match map.keys().find(|k| !allowed.contains(&k.as_str())) {
         Some(k) => Err(ApiError::bad_request(format!(
@@ -119,10 +137,13 @@ fn money(map: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiError>
     match map.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => parse_dollars(s).map(Some).ok_or_else(bad),
+        // A JSON number is taken only when it is a whole number of cents
+        // (10.005 is refused, as "10.005" is), never rounded.
         Some(Value::Number(n)) => n
             .as_f64()
-            .filter(|f| *f >= 0.0 && *f < 1e12)
-            .map(|f| Some((f * 100.0).round() as i64))
+            .map(|f| f * 100.0)
+            .filter(|c| c.is_finite() && *c >= 0.0 && *c < 1e14 && (c - c.round()).abs() < 1e-6)
+            .map(|c| Some(c.round() as i64))
             .ok_or_else(bad),
         Some(_) => Err(bad()),
     }
@@ -154,21 +175,39 @@ async fn create_account(State(admin): Shared, raw: Body) -> Response {
         Ok(c) => c.unwrap_or(0),
         Err(e) => return e.into_response(),
     };
+    // Checked before the account exists: a refused deposit must not leave
+    // an account behind (a retry would make another).
+    if cash > 0 {
+        if let Err(r) = sequencer::engine::check_amount(cash) {
+            return ApiError::from(r).into_response();
+        }
+    }
     let account = match admin.submitter.internal(Command::CreateAccount).await {
         Ok(Reply::AccountCreated { account }) => account,
         Ok(other) => return reply_ok(Ok(other), |_| Value::Null),
         Err(e) => return e.into_response(),
     };
     if cash > 0 {
-        if let Ok(Reply::Rejected(r)) = admin
+        let deposit = admin
             .submitter
             .internal(Command::Deposit {
                 account,
                 cents: cash,
             })
-            .await
-        {
-            return ApiError::from(r).into_response();
+            .await;
+        match deposit {
+            Ok(Reply::Rejected(r)) => return ApiError::from(r).into_response(),
+            // The account exists but its cash is not confirmed: say so
+            // rather than answer as if it were deposited.
+            Err(e) => {
+                return ApiError::unavailable(format!(
+                    "Account {account} was created, but its deposit was not confirmed: {} \
+                     Check it with `updown admin account show {account}`.",
+                    e.message
+                ))
+                .into_response()
+            }
+            Ok(_) => {}
         }
     }
     (
@@ -201,15 +240,15 @@ async fn move_money(admin: &Admin, id: &str, raw: Body, deposit: bool) -> Respon
     }
 }
 
-async fn deposit(State(admin): Shared, Path(id): Path<String>, raw: Body) -> Response {
+async fn deposit(State(admin): Shared, Segment(id): Segment, raw: Body) -> Response {
     move_money(&admin, &id, raw, true).await
 }
 
-async fn withdraw(State(admin): Shared, Path(id): Path<String>, raw: Body) -> Response {
+async fn withdraw(State(admin): Shared, Segment(id): Segment, raw: Body) -> Response {
     move_money(&admin, &id, raw, false).await
 }
 
-async fn flags(State(admin): Shared, Path(id): Path<String>, raw: Body) -> Response {
+async fn flags(State(admin): Shared, Segment(id): Segment, raw: Body) -> Response {
     let fields = [
         ("terms_accepted", AccountFlag::TermsAccepted),
         ("trading_allowed", AccountFlag::TradingAllowed),
@@ -252,7 +291,7 @@ async fn flags(State(admin): Shared, Path(id): Path<String>, raw: Body) -> Respo
     show(&admin, &id).await
 }
 
-async fn risk_cap(State(admin): Shared, Path(id): Path<String>, raw: Body) -> Response {
+async fn risk_cap(State(admin): Shared, Segment(id): Segment, raw: Body) -> Response {
     let parsed = async {
         let account = account_id(&id)?;
         let map = body(raw).await?;
@@ -272,7 +311,7 @@ async fn risk_cap(State(admin): Shared, Path(id): Path<String>, raw: Body) -> Re
     }
 }
 
-async fn show_account(State(admin): Shared, Path(id): Path<String>) -> Response {
+async fn show_account(State(admin): Shared, Segment(id): Segment) -> Response {
     show(&admin, &id).await
 }
 
@@ -489,7 +528,7 @@ async fn list_keys(State(admin): Shared, uri: Uri) -> Response {
     crate::api::rest::respond(answer)
 }
 
-async fn revoke_key(State(admin): Shared, Path(key_id): Path<String>) -> Response {
+async fn revoke_key(State(admin): Shared, Segment(key_id): Segment) -> Response {
     reply_ok(
         admin
             .submitter
@@ -499,7 +538,7 @@ async fn revoke_key(State(admin): Shared, Path(key_id): Path<String>) -> Respons
     )
 }
 
-async fn key_limits(State(admin): Shared, Path(key_id): Path<String>, raw: Body) -> Response {
+async fn key_limits(State(admin): Shared, Segment(key_id): Segment, raw: Body) -> Response {
     let limits = async {
         let map = body(raw).await?;
         only(

@@ -99,7 +99,31 @@ pub fn caller(
 pub struct Lockout {
     failures: u32,
     window: Duration,
-    entries: Mutex<HashMap<IpAddr, Entry>>,
+    entries: Mutex<Entries>,
+    /// Addresses tracked at most (`LOCKOUT_ENTRIES_MAX` but in tests).
+    capacity: usize,
+}
+
+struct Entries {
+    map: HashMap<IpAddr, Entry>,
+    /// When ended entries were last swept out (a sweep walks them all, so
+    /// it runs at most once a second however fast failures come).
+    swept: Option<Instant>,
+}
+
+/// Whom a failure counts against: an IPv4 address, or an IPv6 address's
+/// /64 (one host can use a whole /64, so per-address counting would let
+/// it try keys without end and fill the table).
+fn party(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !((1u128 << 64) - 1),
+            )),
+        },
+        v4 => v4,
+    }
 }
 
 struct Entry {
@@ -113,10 +137,18 @@ const LOCKOUT_ENTRIES_MAX: usize = 100_000;
 
 impl Lockout {
     pub fn new(failures: u32, window: Duration) -> Self {
+        Self::with_capacity(failures, window, LOCKOUT_ENTRIES_MAX)
+    }
+
+    fn with_capacity(failures: u32, window: Duration, capacity: usize) -> Self {
         Self {
             failures: failures.max(1),
             window,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries {
+                map: HashMap::new(),
+                swept: None,
+            }),
+            capacity: capacity.max(1),
         }
     }
 
@@ -124,7 +156,7 @@ impl Lockout {
     pub fn check(&self, ip: IpAddr) -> Result<(), ApiError> {
         let now = Instant::now();
         let entries = self.entries.lock().expect("lockout lock");
-        if let Some(until) = entries.get(&ip).and_then(|e| e.locked_until) {
+        if let Some(until) = entries.map.get(&party(ip)).and_then(|e| e.locked_until) {
             if until > now {
                 let secs = (until - now).as_secs_f64().ceil() as u64;
                 return Err(ApiError::rate_limited(
@@ -139,13 +171,42 @@ impl Lockout {
     /// Records one failure; returns true when it locked the address.
     pub fn fail(&self, ip: IpAddr) -> bool {
         let now = Instant::now();
-        let mut entries = self.entries.lock().expect("lockout lock");
-        if entries.len() >= LOCKOUT_ENTRIES_MAX {
-            entries.retain(|_, e| {
-                now.duration_since(e.since) < self.window || e.locked_until.is_some_and(|u| u > now)
-            });
+        let ip = party(ip);
+        let mut guard = self.entries.lock().expect("lockout lock");
+        let entries = &mut *guard;
+        if entries.map.len() >= self.capacity && !entries.map.contains_key(&ip) {
+            if entries
+                .swept
+                .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
+            {
+                entries.swept = Some(now);
+                entries.map.retain(|_, e| {
+                    now.duration_since(e.since) < self.window
+                        || e.locked_until.is_some_and(|u| u > now)
+                });
+            }
+            if entries.map.len() >= self.capacity {
+                // Full of live entries: forget one not locked out, so the
+                // table stays bounded and locked addresses stay locked.
+                let unlocked = entries
+                    .map
+                    .iter()
+                    .find(|(_, e)| e.locked_until.is_none())
+                    .map(|(&k, _)| k);
+                match unlocked {
+                    Some(k) => {
+                        entries.map.remove(&k);
+                    }
+                    None => {
+                        tracing::warn!(
+                            "the lockout table is full of locked-out addresses; a failure from a new one is not counted"
+                        );
+                        return false;
+                    }
+                }
+            }
         }
-        let entry = entries.entry(ip).or_insert(Entry {
+        let entry = entries.map.entry(ip).or_insert(Entry {
             count: 0,
             since: now,
             locked_until: None,
@@ -234,5 +295,33 @@ mod tests {
         assert!(a
             .bytes()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+    }
+
+    #[test]
+    fn an_ipv6_slash_64_counts_as_one_address() {
+        let lockout = Lockout::new(3, Duration::from_secs(60));
+        for host in ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff::9"] {
+            lockout.fail(host.parse().unwrap());
+        }
+        assert!(lockout.check("2001:db8:1:2::77".parse().unwrap()).is_err());
+        lockout.check("2001:db8:1:3::1".parse().unwrap()).unwrap();
+        // An IPv4 address written as IPv6 is that IPv4 address.
+        for _ in 0..3 {
+            lockout.fail("::ffff:192.0.2.7".parse().unwrap());
+        }
+        assert!(lockout.check("192.0.2.7".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn the_table_stays_bounded_and_keeps_locked_addresses() {
+        let lockout = Lockout::with_capacity(2, Duration::from_secs(60), 4);
+        let locked: IpAddr = "10.0.0.1".parse().unwrap();
+        lockout.fail(locked);
+        lockout.fail(locked);
+        for i in 2..200u8 {
+            lockout.fail(IpAddr::from([10, 0, 1, i]));
+            assert!(lockout.entries.lock().unwrap().map.len() <= 4);
+        }
+        assert!(lockout.check(locked).is_err(), "still locked out");
     }
 }

@@ -53,17 +53,30 @@ fn default_market_cap_usd() -> u64 {
 }
 
 impl SeriesEntry {
-    /// The sequencer's form.
-    pub fn to_config(&self) -> SeriesConfig {
-        SeriesConfig {
+    /// The sequencer's form. A fee rate must be a whole number of basis
+    /// points from 0 to 1 (0.07 is 7 %); anything else is refused here, not
+    /// rounded or clamped (a negative rate would otherwise become 0).
+    pub fn to_config(&self) -> Result<SeriesConfig, String> {
+        let bps = |name: &str, rate: f64| {
+            let bps = rate * 10_000.0;
+            if rate.is_finite() && (0.0..=1.0).contains(&rate) && (bps - bps.round()).abs() < 1e-6 {
+                Ok(bps.round() as u32)
+            } else {
+                Err(format!(
+                    "series {}: {name} must be a rate from 0 to 1 in whole basis points, such as 0.07, not {rate}",
+                    self.ticker
+                ))
+            }
+        };
+        Ok(SeriesConfig {
             ticker: self.ticker.clone(),
             symbol: self.symbol.clone(),
             window_ms: self.window_minutes.saturating_mul(60_000),
             list_ahead: self.list_ahead,
-            taker_fee_bps: (self.taker_fee * 10_000.0).round() as u32,
-            maker_fee_bps: (self.maker_fee * 10_000.0).round() as u32,
+            taker_fee_bps: bps("taker_fee", self.taker_fee)?,
+            maker_fee_bps: bps("maker_fee", self.maker_fee)?,
             market_cap_cents: (self.market_cap_usd as i64).saturating_mul(100),
-        }
+        })
     }
 }
 
@@ -229,7 +242,7 @@ mod tests {
         assert_eq!(config.listen, defaults.listen);
         assert_eq!(config.durability, DurabilityPolicy::GroupCommit);
         assert_eq!(config.series.len(), 2);
-        assert_eq!(config.series[0].to_config().taker_fee_bps, 700);
+        assert_eq!(config.series[0].to_config().unwrap().taker_fee_bps, 700);
         assert_eq!(config.series[1].list_ahead, 2);
         assert!(config.venue().is_ok());
     }
@@ -241,5 +254,16 @@ mod tests {
             .contains("unknown field"));
         let live = ServerConfig::from_toml("environment = \"prod\"").unwrap();
         assert!(live.environment().is_err());
+        for fee in ["-0.07", "1.5", "0.00001", "nan"] {
+            let text = format!(
+                "[[series]]\nticker = \"x-1m\"\nsymbol = \"X\"\nwindow_minutes = 1\ntaker_fee = {fee}\n"
+            );
+            let config = ServerConfig::from_toml(&text).unwrap();
+            let refused = config.series[0].to_config().unwrap_err();
+            assert!(
+                refused.contains("taker_fee must be a rate"),
+                "{fee}: {refused}"
+            );
+        }
     }
 }

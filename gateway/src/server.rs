@@ -242,8 +242,8 @@ impl Server {
             .iter()
             .filter(|s| !existing.contains(&s.ticker))
         {
-            let reply =
-                runtime.block_on(submitter.internal(Command::CreateSeries(entry.to_config())));
+            let series = entry.to_config().map_err(StartError::Config)?;
+            let reply = runtime.block_on(submitter.internal(Command::CreateSeries(series)));
             accepted(reply, &format!("series {}", entry.ticker))?;
             tracing::info!(series = %entry.ticker, "series created");
         }

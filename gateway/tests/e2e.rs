@@ -651,6 +651,71 @@ fn account_shows_the_key_and_never_its_secret() {
         v.read("/account", Some(trade_only.as_str()))["account"]["scopes"],
         json!(["trade"])
     );
+    // SPEC: the portfolio reads are "(key, Read)"; Trade places and cancels.
+    for path in [
+        "/portfolio/balance",
+        "/portfolio/positions",
+        "/portfolio/orders",
+    ] {
+        let refused = v.get(path, Some(trade_only.as_str()));
+        assert_eq!(refused.status, 403, "{path}: {}", refused.text);
+        assert_eq!(refused.body["code"], "FORBIDDEN");
+        assert_eq!(
+            refused.body["message"],
+            "This API key lacks the read permission."
+        );
+    }
+}
+
+/// Bad operator input is refused whole, in the API's error shape, and
+/// leaves nothing half done.
+#[test]
+fn the_admin_api_refuses_bad_amounts_and_paths_without_side_effects() {
+    let v = Venue::start();
+    let first = v.create_account("1.00");
+    // Over the largest deposit: refused before any account is made.
+    let over = v.admin_call(
+        "POST",
+        "/admin/accounts",
+        Some(&json!({ "cash": "20000000000" })),
+    );
+    assert_eq!(over.status, 400, "{}", over.text);
+    assert_eq!(over.body["code"], "BAD_REQUEST");
+    assert_eq!(
+        over.body["message"],
+        "amount must be positive and at most $10,000,000,000"
+    );
+    // A JSON number is never rounded to cents.
+    for body in [json!({ "cash": 10.005 }), json!({ "cash": -1 })] {
+        let refused = v.admin_call("POST", "/admin/accounts", Some(&body));
+        assert_eq!(refused.status, 400, "{body}: {}", refused.text);
+        assert_eq!(
+            refused.body["message"],
+            "Field cash must be a dollar amount such as \"100.00\"."
+        );
+    }
+    let refused = v.admin_call(
+        "POST",
+        &format!("/admin/accounts/{first}/deposit"),
+        Some(&json!({ "amount": 0.125 })),
+    );
+    assert_eq!(refused.status, 400, "{}", refused.text);
+    // The next account made is the one after the first: none was left behind.
+    let exact = v.admin("/admin/accounts", json!({ "cash": 10.01 }));
+    assert_eq!(exact["account_id"].as_u64(), Some(first + 1));
+    assert_eq!(exact["cash"], "10.01");
+    // A path segment that is not UTF-8 once decoded.
+    let bad = v.admin_call(
+        "POST",
+        "/admin/accounts/%FF/deposit",
+        Some(&json!({ "amount": "1.00" })),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    assert_eq!(bad.body["code"], "BAD_REQUEST");
+    assert_eq!(
+        bad.body["message"],
+        "The id in the path is not valid UTF-8."
+    );
 }
 
 #[test]

@@ -87,9 +87,9 @@ enum KeyCommand {
         env: Option<String>,
         #[arg(long, default_value = "")]
         name: String,
-        #[arg(long)]
+        #[arg(long, value_parser = usd)]
         max_order_usd: Option<f64>,
-        #[arg(long)]
+        #[arg(long, value_parser = usd)]
         max_daily_usd: Option<f64>,
         #[arg(long)]
         max_open_orders: Option<u32>,
@@ -373,5 +373,16 @@ fn table(value: &Value) -> String {
             })
             .collect(),
         None => format!("{value}\n"),
+    }
+}
+
+/// A dollar limit on the command line: a finite positive number (`NaN` or
+/// `inf` would reach the server as JSON `null`, that is no limit given).
+fn usd(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "{text} is not a positive dollar amount such as 250 or 19.99"
+        )),
     }
 }

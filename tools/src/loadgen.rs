@@ -590,10 +590,25 @@ async fn drive(
     Ok((elapsed, intervals, unfinished))
 }
 
+/// Longest run and report interval the load generator takes, in seconds.
+const WEEK_SECS: f64 = 7.0 * 86_400.0;
+
 pub fn run(args: LoadgenArgs) -> Result<()> {
     let positive = |x: f64| x.is_finite() && x > 0.0;
     if !positive(args.rate) || !positive(args.duration) {
         bail!("--rate and --duration must be positive");
+    }
+    if args.duration > WEEK_SECS {
+        bail!("--duration must be at most {WEEK_SECS} seconds (a week)");
+    }
+    if args.interval.is_some_and(|s| !positive(s) || s > WEEK_SECS) {
+        bail!("--interval must be a positive number of seconds, at most a week");
+    }
+    if !(args.drain.is_finite() && (0.0..=3600.0).contains(&args.drain)) {
+        bail!("--drain must be 0 to 3600 seconds");
+    }
+    if !positive(args.per_key_rate) {
+        bail!("--per-key-rate must be positive");
     }
     if args.accounts == 0 {
         bail!("--accounts must be at least 1");

@@ -193,11 +193,12 @@ impl Hub {
     fn acquire(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
         let mut connections = self.connections.lock().expect("connections lock");
         let total: u32 = connections.values().sum();
-        let count = connections.entry(ip).or_insert(0);
-        if *count >= WS_CONNECTIONS_PER_IP || total >= CONNECTIONS_MAX {
+        let count = connections.get(&ip).copied().unwrap_or(0);
+        if count >= WS_CONNECTIONS_PER_IP || total >= CONNECTIONS_MAX {
+            // Refused: no entry is made for an address that holds none.
             return None;
         }
-        *count += 1;
+        connections.insert(ip, count + 1);
         Some(Slot {
             hub: self.clone(),
             ip,
