@@ -1595,16 +1595,14 @@ fn same_order(order: &Order, new: &NewOrder) -> bool {
 /// Field checks of a new order, each naming its field.
 fn check_new_order(new: &NewOrder) -> Result<(), Reject> {
     if !price_in_range(new.price) {
-        return Err(Reject::bad_request(
-            "price must be 0.01 to 0.99 in whole cents",
-        ));
+        return Err(Reject::bad_request(crate::validate::PRICE_REFUSAL));
     }
     if !(ORDER_COUNT_MIN..=ORDER_COUNT_MAX).contains(&new.count) {
-        return Err(Reject::bad_request("count must be 1 to 10000"));
+        return Err(Reject::bad_request(crate::validate::count_refusal()));
     }
     if !new.client_order_id.is_valid() {
         return Err(Reject::bad_request(
-            "client_order_id must match ^[A-Za-z0-9._:-]{1,64}$",
+            crate::validate::CLIENT_ORDER_ID_REFUSAL,
         ));
     }
     Ok(())

@@ -217,7 +217,11 @@ impl State {
         let account = self.authorize_read(key)?.account;
         let limit = match limit {
             Some(l) if !(FILLS_LIMIT_MIN..=FILLS_LIMIT_MAX).contains(&l) => {
-                return Err(Reject::bad_request("limit must be 1 to 500"))
+                return Err(Reject::bad_request(crate::validate::range_refusal(
+                    "limit",
+                    FILLS_LIMIT_MIN,
+                    FILLS_LIMIT_MAX,
+                )))
             }
             Some(l) => l as usize,
             None => crate::limits::LIST_LIMIT_DEFAULT as usize,
@@ -407,9 +411,9 @@ pub fn order_not_found(order_id: u64) -> Reject {
 
 fn list_limit(limit: Option<u32>, max: u32) -> Result<usize, Reject> {
     match limit {
-        Some(l) if l == 0 || l > max => {
-            Err(Reject::bad_request(format!("limit must be 1 to {max}")))
-        }
+        Some(l) if l == 0 || l > max => Err(Reject::bad_request(crate::validate::range_refusal(
+            "limit", 1, max,
+        ))),
         Some(l) => Ok(l as usize),
         None => Ok(crate::limits::LIST_LIMIT_DEFAULT as usize),
     }

@@ -7,6 +7,25 @@ use crate::limits::{
 };
 use crate::types::PriceCents;
 
+/// The refusal of an order's price, the same from the gateway's parse and
+/// the sequencer's check of a typed command.
+pub const PRICE_REFUSAL: &str =
+    "Field price must be 0.01 to 0.99 in whole cents, such as \"0.55\".";
+/// The refusal of an order's client_order_id.
+pub const CLIENT_ORDER_ID_REFUSAL: &str =
+    "Field client_order_id must match ^[A-Za-z0-9._:-]{1,64}$.";
+
+/// The refusal of an order's count outside its range.
+pub fn count_refusal() -> String {
+    format!("Field count must be {ORDER_COUNT_MIN} to {ORDER_COUNT_MAX}.")
+}
+
+/// The refusal of an integer query parameter (a page size, a depth)
+/// outside `min..=max`.
+pub fn range_refusal(name: &str, min: u32, max: u32) -> String {
+    format!("Parameter {name} must be an integer from {min} to {max}.")
+}
+
 /// Series ticker: `^[a-z0-9][a-z0-9-]{0,63}$`.
 pub fn is_series_ticker(text: &str) -> bool {
     let b = text.as_bytes();

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use sequencer::limits::{ORDER_COUNT_MAX, ORDER_COUNT_MIN};
 use sequencer::types::{
     Action, ClientOrderId, MarketStatus, OrderStatus, Outcome, PriceCents, TimeInForce,
 };
 use sequencer::validate::{
-    count_in_range, is_market_ticker, is_series_ticker, parse_count, parse_price,
+    count_in_range, count_refusal, is_market_ticker, is_series_ticker, parse_count, parse_price,
+    range_refusal, CLIENT_ORDER_ID_REFUSAL, PRICE_REFUSAL,
 };
 use serde_json::Value;
 
@@ -75,17 +75,14 @@ pub fn order_body(bytes: &[u8]) -> Result<OrderBody, ApiError> {
         .ok_or_else(|| ApiError::bad_request("Field outcome must be up or down."))?;
     let action = Action::parse(text("action", true)?.unwrap_or_default())
         .ok_or_else(|| ApiError::bad_request("Field action must be buy or sell."))?;
-    let price = parse_price(text("price", true)?.unwrap_or_default()).ok_or_else(|| {
-        ApiError::bad_request("Field price must be 0.01 to 0.99 in whole cents, such as \"0.55\".")
-    })?;
+    let price = parse_price(text("price", true)?.unwrap_or_default())
+        .ok_or_else(|| ApiError::bad_request(PRICE_REFUSAL))?;
     let count_text = text("count", true)?.unwrap_or_default();
     let count = parse_count(count_text).ok_or_else(|| {
         ApiError::bad_request("Field count must be a string of whole contracts, such as \"10\".")
     })?;
     if !count_in_range(count) {
-        return Err(ApiError::bad_request(format!(
-            "Field count must be {ORDER_COUNT_MIN} to {ORDER_COUNT_MAX}."
-        )));
+        return Err(ApiError::bad_request(count_refusal()));
     }
     let time_in_force = match text("time_in_force", false)? {
         None => TimeInForce::GoodTillCanceled,
@@ -101,9 +98,7 @@ pub fn order_body(bytes: &[u8]) -> Result<OrderBody, ApiError> {
         Some(_) => return Err(ApiError::bad_request("Field post_only must be a boolean.")),
     };
     let client_order_id = ClientOrderId::new(text("client_order_id", true)?.unwrap_or_default())
-        .ok_or_else(|| {
-            ApiError::bad_request("Field client_order_id must match ^[A-Za-z0-9._:-]{1,64}$.")
-        })?;
+        .ok_or_else(|| ApiError::bad_request(CLIENT_ORDER_ID_REFUSAL))?;
     Ok(OrderBody {
         market_ticker: market_ticker.to_string(),
         outcome,
@@ -171,9 +166,7 @@ impl Params {
         };
         match parse_count(text) {
             Some(n) if n >= u64::from(min) && n <= u64::from(max) => Ok(Some(n as u32)),
-            _ => Err(ApiError::bad_request(format!(
-                "Parameter {name} must be an integer from {min} to {max}."
-            ))),
+            _ => Err(ApiError::bad_request(range_refusal(name, min, max))),
         }
     }
 
