@@ -242,8 +242,9 @@ pub struct JournalRun {
 
 /// The core behind the journal in `dir` (which must not exist or be empty),
 /// through `replay::Node`: encode, append, apply per command, `commit` per
-/// batch. The node writes the venue configuration itself when it creates
-/// the journal, so the setup after it goes through `submit` (untimed).
+/// batch. The node writes the venue configuration and this build's rules
+/// itself when it creates the journal, so the setup after them goes
+/// through `submit` (untimed).
 pub fn run_journaled(
     flow: &Flow,
     dir: &Path,
@@ -258,8 +259,12 @@ pub fn run_journaled(
         commands,
     } = run;
     assert!(
-        matches!(&flow.setup[0].command, sequencer::Command::Configure(c) if *c == flow.venue),
-        "the setup starts with the venue configuration, which the node writes itself"
+        matches!(&flow.setup[0].command, sequencer::Command::Configure(c) if *c == flow.venue)
+            && matches!(
+                flow.setup[1].command,
+                sequencer::Command::SetRules { version } if version == sequencer::limits::RULES_CURRENT
+            ),
+        "the setup starts with the venue configuration and the rules, which the node writes itself"
     );
     let body = &flow.body[..commands.min(flow.body.len())];
     let config = NodeConfig {
@@ -275,7 +280,7 @@ pub fn run_journaled(
     };
     let (node, _) = Node::open(config, T0)?;
     let mut engine = Journaled { node, rejected: 0 };
-    for stamped in &flow.setup[1..] {
+    for stamped in &flow.setup[2..] {
         engine.step(stamped);
     }
     engine.end_batch();

@@ -414,7 +414,12 @@ impl Generator {
 
     /// The venue, its series with their first window open, and the traders.
     fn setup(&mut self, venue: &VenueConfig, traders: u32) -> Vec<Stamped> {
-        let mut setup = vec![self.apply(Command::Configure(venue.clone()))];
+        let mut setup = vec![
+            self.apply(Command::Configure(venue.clone())),
+            self.apply(Command::SetRules {
+                version: sequencer::limits::RULES_CURRENT,
+            }),
+        ];
         for (ticker, symbol, units) in SERIES {
             // A print at the window's open gives it its price to beat; one
             // 1 ms after the open (within a feed's allowed lead on the

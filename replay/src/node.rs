@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use journal::{Journal, JournalConfig, JournalError, Recovery, SyncPoint};
 use rkyv::util::AlignedVec;
+use sequencer::limits::RULES_CURRENT;
 use sequencer::{Command, Event, Reply, Stamped, State, VenueConfig};
 
 use crate::codec;
@@ -266,6 +267,18 @@ impl Node {
         };
         if node.state.last_seq == 0 {
             node.submit(now_ms, Command::Configure(config.venue))?;
+            node.commit()?;
+            node.events.clear();
+        }
+        // This build's business rules apply from here on; what the journal
+        // holds before stays under the rules it was written with.
+        if node.state.rules < RULES_CURRENT {
+            node.submit(
+                now_ms,
+                Command::SetRules {
+                    version: RULES_CURRENT,
+                },
+            )?;
             node.commit()?;
             node.events.clear();
         }

@@ -180,6 +180,13 @@ pub enum Command {
     /// markets' books and trades stay in the live state. Added after the
     /// others so that journals written before it still decode.
     SetRetention { tail_ms: u64 },
+    /// Moves the venue to a newer version of its business rules
+    /// (`limits::RULES_CURRENT`). A journal written before a rule changed
+    /// replays under the rules it was written with: the version is part
+    /// of the journal, and a node journals this command when it opens a
+    /// journal of an older version. Added after the others so that older
+    /// journals still decode.
+    SetRules { version: u32 },
 }
 
 impl Command {
@@ -205,6 +212,7 @@ impl Command {
             Self::CancelOrder { .. } => 16,
             Self::CancelAll { .. } => 17,
             Self::SetRetention { .. } => 18,
+            Self::SetRules { .. } => 19,
         }
     }
 
@@ -229,6 +237,7 @@ impl Command {
             16 => "cancel_order",
             17 => "cancel_all",
             18 => "set_retention",
+            19 => "set_rules",
             _ => "unknown",
         }
     }

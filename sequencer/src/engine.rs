@@ -75,6 +75,7 @@ impl State {
             } => self.price(symbol, *price_e8, *t_ms, events),
             Command::Configure(config) => self.configure(config),
             Command::SetRetention { tail_ms } => self.set_retention(*tail_ms),
+            Command::SetRules { version } => self.set_rules(*version),
             Command::CreateSeries(config) => self.create_series(config, events),
             Command::CreateAccount => self.create_account(),
             Command::Deposit { account, cents } => self.deposit(*account, *cents, events),
@@ -247,9 +248,16 @@ impl State {
             // may reach the sequencer after it), so the window waits for
             // one. With no print at or before the open it opens on that
             // first print after (a late open, documented).
+            // (Rules 0: at the first command after the open, on what the
+            // state held then.)
             let beat = prints.and_then(|p| {
-                p.first_after(open_ts)
-                    .map(|after| p.last_at_or_before(open_ts).unwrap_or(after))
+                if self.rules >= 1 {
+                    p.first_after(open_ts)
+                        .map(|after| p.last_at_or_before(open_ts).unwrap_or(after))
+                } else {
+                    p.last_at_or_before(open_ts)
+                        .or_else(|| p.first_after(open_ts))
+                }
             });
             if let Some(beat) = beat {
                 let m = &mut self.markets[id as usize];
@@ -378,6 +386,28 @@ impl State {
         });
     }
 
+    fn set_rules(&mut self, version: u32) -> Reply {
+        if version > RULES_CURRENT {
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                format!(
+                    "rules version {version} is newer than this build's ({RULES_CURRENT}): replay this journal with a newer build"
+                ),
+            );
+        }
+        if version < self.rules {
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                format!(
+                    "rules version {version} is older than the venue's ({})",
+                    self.rules
+                ),
+            );
+        }
+        self.rules = version;
+        Reply::Ok
+    }
+
     fn price(&mut self, symbol: &str, price_e8: i64, t_ms: u64, events: &mut Vec<Event>) -> Reply {
         if !is_symbol(symbol) {
             return Reply::reject(
@@ -391,7 +421,7 @@ impl State {
         if t_ms > TS_MS_MAX {
             return Reply::reject(ErrorCode::BadRequest, "t_ms is out of range");
         }
-        if t_ms > self.now_ms.saturating_add(PRINT_AHEAD_MS_MAX) {
+        if self.rules >= 1 && t_ms > self.now_ms.saturating_add(PRINT_AHEAD_MS_MAX) {
             return Reply::reject(
                 ErrorCode::BadRequest,
                 format!(

@@ -83,6 +83,14 @@ pub const MONEY_CENTS_MAX: i64 = 1_000_000_000_000;
 pub const SYMBOL_LEN_MAX: usize = 32;
 /// Highest epoch millisecond value on the wire (2^53 - 1).
 pub const TS_MS_MAX: u64 = 9_007_199_254_740_991;
+/// The business rules this build applies, as journaled by `SetRules`
+/// (`State::rules`):
+/// - 0: the rules before versions were journaled;
+/// - 1 (sixth session): a window opens at the first print after its open,
+///   on the last print at or before it (0: at the first command after the
+///   open, on the last print at or before it known then); a print more
+///   than `PRINT_AHEAD_MS_MAX` ahead of the venue's clock is refused.
+pub const RULES_CURRENT: u32 = 1;
 /// How far a print's `t_ms` may be ahead of the venue's clock (the stamp
 /// of the command that brings it): room for a feed's clock running a
 /// little fast, not for a print from the future. One print far ahead would

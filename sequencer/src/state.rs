@@ -387,6 +387,9 @@ pub struct State {
     pub event_hash: u64,
     /// Events emitted so far.
     pub events_total: u64,
+    /// The version of the business rules in force (`limits::RULES_CURRENT`,
+    /// set by `Command::SetRules`); 0 for journals from before versions.
+    pub rules: u32,
 }
 
 impl State {

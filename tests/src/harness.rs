@@ -82,8 +82,18 @@ impl Venue {
         venue
     }
 
-    /// A venue with nothing in it, at `T0`.
+    /// A venue with nothing in it but this build's business rules, at `T0`.
     pub fn empty() -> Self {
+        let mut venue = Self::unversioned();
+        venue.ok(Command::SetRules {
+            version: sequencer::limits::RULES_CURRENT,
+        });
+        venue
+    }
+
+    /// A venue with nothing in it at `T0`, under the rules of journals
+    /// written before rules were versioned (version 0) until a `SetRules`.
+    pub fn unversioned() -> Self {
         Self {
             state: State::default(),
             events: Vec::new(),

@@ -235,6 +235,9 @@ impl Sim {
             practice_book_open: true,
             account_risk_cap_cents: cap,
         }));
+        self.queue.push_back(Command::SetRules {
+            version: sequencer::limits::RULES_CURRENT,
+        });
         if let Some(tail_ms) = self.config.history_tail_ms {
             self.queue.push_back(Command::SetRetention { tail_ms });
         }

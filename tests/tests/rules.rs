@@ -1029,6 +1029,66 @@ fn the_price_to_beat_is_the_last_print_before_the_open_even_when_it_arrives_late
     assert_eq!(market.price_to_beat_e8, Some(101 * 100_000_000));
 }
 
+/// A journal written before the rules were versioned (no `SetRules`)
+/// replays under the rules it was written with: there, a window opened at
+/// the first command after its open, on the last print known then; and a
+/// print far ahead was taken. `SetRules` moves to this build's rules, never
+/// back, and never to a version this build does not know.
+#[test]
+fn journals_from_before_versioned_rules_replay_under_their_rules() {
+    let mut v = Venue::unversioned();
+    assert_eq!(v.state.rules, 0);
+    v.ok(Command::Configure(VenueConfig::default()));
+    v.ok(Command::CreateSeries(SeriesConfig {
+        ticker: "old".into(),
+        symbol: "AAPL".into(),
+        window_ms: WINDOW_MS,
+        list_ahead: 1,
+        taker_fee_bps: 0,
+        maker_fee_bps: 0,
+        market_cap_cents: 1_000_00,
+    }));
+    let next = v.state.series_by_ticker("old").unwrap().markets[1] as usize;
+    v.now = T0 + WINDOW_MS - 1_000;
+    v.ok(Command::Price {
+        symbol: "AAPL".into(),
+        price_e8: 100 * 100_000_000,
+        t_ms: v.now,
+    });
+    v.advance(1_000);
+    assert_eq!(
+        v.state.markets[next].status,
+        MarketStatus::Open,
+        "rules 0: open at the tick, on the print before the open"
+    );
+    // A print far ahead was accepted under rules 0.
+    v.ok(Command::Price {
+        symbol: "MSFT".into(),
+        price_e8: 1,
+        t_ms: v.now + 3_600_000,
+    });
+    // Never to a version this build does not know, never back.
+    let newer = sequencer::limits::RULES_CURRENT + 1;
+    let refused = v.run(Command::SetRules { version: newer });
+    assert!(refused
+        .rejection()
+        .unwrap()
+        .message
+        .starts_with(&format!("rules version {newer} is newer than this build's")));
+    v.ok(Command::SetRules {
+        version: sequencer::limits::RULES_CURRENT,
+    });
+    assert_eq!(v.state.rules, sequencer::limits::RULES_CURRENT);
+    assert!(v.run(Command::SetRules { version: 0 }).is_rejected());
+    assert!(v
+        .run(Command::Price {
+            symbol: "AAPL".into(),
+            price_e8: 1,
+            t_ms: v.now + 3_600_000,
+        })
+        .is_rejected());
+}
+
 /// A print far ahead of the venue's clock would open and settle windows on
 /// itself and make every later real print "before the last one".
 #[test]

@@ -52,6 +52,7 @@ pub fn command_json(command: &Command) -> Value {
             t_ms,
         } => json!({ "symbol": symbol, "price_e8": price_e8, "t_ms": t_ms }),
         Command::SetRetention { tail_ms } => json!({ "tail_ms": tail_ms }),
+        Command::SetRules { version } => json!({ "version": version }),
         Command::Configure(c) => json!({
             "environment": c.environment.as_str(),
             "practice_book_open": c.practice_book_open,
@@ -169,6 +170,7 @@ pub fn summary(command: &Command, state: Option<&State>) -> String {
             t_ms,
         } => format!("{symbol} {} at {}", price_e8(*p), iso(*t_ms)),
         Command::SetRetention { tail_ms } => format!("history tail {} s", tail_ms / 1000),
+        Command::SetRules { version } => format!("business rules version {version}"),
         Command::Configure(c) => format!(
             "environment={} practice_book_open={} account_risk_cap={}",
             c.environment.as_str(),
