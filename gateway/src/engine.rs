@@ -73,8 +73,10 @@ pub type FinishFn = Box<dyn FnOnce(&State, Reply) -> Finished + Send>;
 /// A read of the state, given the caller's key or the refusal of it;
 /// returns the delivery of its answer, held until the batch is committed.
 pub type ReadFn = Box<dyn FnOnce(&State, Result<Option<KeyIdx>, ApiError>) -> Deliver + Send>;
-/// Sends a read's answer to the caller waiting for it.
-pub type Deliver = Box<dyn FnOnce() + Send>;
+/// Sends a read's answer to the caller waiting for it; `false` when its
+/// batch did not become durable (a journal sync failed): the state it was
+/// read from may hold writes that are lost, so the caller gets a 503.
+pub type Deliver = Box<dyn FnOnce(bool) + Send>;
 
 /// Who is calling, as the gateway saw it: the key id, the SHA-256 of the
 /// secret (never the secret), and the address.
@@ -85,6 +87,13 @@ pub struct Caller {
     pub ip: IpAddr,
     /// Whether this request counts against the new-order rate limit.
     pub rate_limited: bool,
+}
+
+/// The answer to a read whose batch did not become durable.
+fn not_durable() -> ApiError {
+    ApiError::unavailable(
+        "The exchange's journal could not be made durable; it answers nothing until it is restarted.",
+    )
 }
 
 /// One unit of work for the sequencer thread.
@@ -185,7 +194,8 @@ impl Submitter {
         let (reply, rx) = oneshot::channel();
         let read: ReadFn = Box::new(move |state, key| {
             let answer = key.and_then(|key| read(state, key));
-            Box::new(move || {
+            Box::new(move |durable| {
+                let answer = if durable { answer } else { Err(not_durable()) };
                 let _ = reply.send(answer);
             })
         });
@@ -546,7 +556,7 @@ fn commit_loop(rx: Receiver<Closed>, failed: Arc<OnceLock<String>>, metrics: Arc
                 }
             }
             for pending in closed.answers {
-                pending.send(committed);
+                pending.send(committed, durable);
             }
             oldest.get_or_insert(closed.closed_at);
         }
@@ -572,7 +582,11 @@ enum Pending {
 }
 
 impl Pending {
-    fn send(self, committed: bool) {
+    /// `committed`: the batch's writes are durable and confirmed; `durable`:
+    /// no journal sync has failed, so the state the batch's reads saw holds
+    /// nothing that may be lost (a refused append applies nothing, and
+    /// reads go on after it).
+    fn send(self, committed: bool, durable: bool) {
         match self {
             Pending::Write {
                 reply,
@@ -588,7 +602,7 @@ impl Pending {
                 };
                 let _ = reply.send(answer);
             }
-            Pending::Read(deliver) => deliver(),
+            Pending::Read(deliver) => deliver(durable),
             Pending::Internal { reply, answer } => {
                 if let Some(reply) = reply {
                     let _ = reply.send(answer);

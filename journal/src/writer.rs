@@ -118,7 +118,15 @@ pub struct Journal {
     /// preallocating, syncing and mapping 64 MiB took tens of milliseconds
     /// on the appending thread at every roll.
     preparing: Option<Preparing>,
+    /// `LOCK` in the directory, locked (`flock`) while this writer lives: a
+    /// second writer on the same journal (a second `updown serve` on the
+    /// same data directory) would cut, overwrite and delete under the
+    /// first. Released by the kernel when the process ends, however.
+    _lock: File,
 }
+
+/// The file a writer locks in its journal directory.
+pub const LOCK_FILE: &str = "LOCK";
 
 /// A segment being built on its own thread; joining it gives the result
 /// and leaves no thread behind.
@@ -175,6 +183,28 @@ impl Journal {
         for created in &missing {
             if let Some(parent) = created.parent().filter(|p| !p.as_os_str().is_empty()) {
                 sync_dir(parent)?;
+            }
+        }
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(dir.join(LOCK_FILE))
+            .map_err(|e| JournalError::io(format!("opening {}/{LOCK_FILE}", dir.display()), e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(JournalError::Invalid(format!(
+                    "the journal {} is open for writing by another process (is another updown serve running on this data directory?)",
+                    dir.display()
+                )))
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(JournalError::io(
+                    format!("locking {}/{LOCK_FILE}", dir.display()),
+                    e,
+                ))
             }
         }
         remove_temp_files(&dir)?;
@@ -235,6 +265,13 @@ impl Journal {
                     .map_err(|e| {
                         JournalError::io(format!("opening segment {}", tail.path.display()), e)
                     })?;
+                // What the last segment holds may be in the page cache only
+                // (the process died before its sync): it reaches the disk
+                // before anything is built on it (replayed state, a
+                // snapshot, reads, later records).
+                file.sync_data().map_err(|e| {
+                    JournalError::io(format!("syncing segment {}", tail.path.display()), e)
+                })?;
                 // SAFETY: the file is a complete, preallocated segment that is
                 // never shrunk, so every mapped byte is backed by the file.
                 // This is the only writer; readers map the same file read-only
@@ -253,6 +290,13 @@ impl Journal {
                 });
                 next_index = tail.index + 1;
             } else {
+                // Sealed, but the process may have died before the roll's
+                // sync: the next segment must not become durable before it.
+                File::open(&tail.path)
+                    .and_then(|f| f.sync_data())
+                    .map_err(|e| {
+                        JournalError::io(format!("syncing segment {}", tail.path.display()), e)
+                    })?;
                 next_index = tail.index + 1;
             }
         }
@@ -276,6 +320,7 @@ impl Journal {
             poisoned: false,
             deferred: false,
             preparing: None,
+            _lock: lock,
         };
         let mut journal = journal;
         journal.prepare_next();
@@ -647,6 +692,28 @@ mod tests {
         (a.pos, a.synced)
     }
 
+    /// A second writer on one journal (a second server on one data
+    /// directory) is refused while the first lives, and allowed after.
+    #[test]
+    fn one_writer_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = open(dir.path(), Durability::GroupCommit);
+        first.append(1, 1, b"one").unwrap();
+        let mut cfg = JournalConfig::new(dir.path());
+        cfg.segment_bytes = 64 * 1024;
+        let refused = Journal::open(cfg.clone()).unwrap_err().to_string();
+        assert!(
+            refused.contains("is open for writing by another process"),
+            "{refused}"
+        );
+        // The refused open changed nothing: the first goes on.
+        first.append(2, 1, b"two").unwrap();
+        first.commit().unwrap();
+        drop(first);
+        let (_, recovery) = Journal::open(cfg).unwrap();
+        assert_eq!(recovery.last_seq, Some(2));
+    }
+
     #[test]
     fn defaults() {
         let cfg = JournalConfig::new("/x");
@@ -805,7 +872,7 @@ mod tests {
             .unwrap()
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().into_string().unwrap())
-            .filter(|n| !n.ends_with(".seg"))
+            .filter(|n| !n.ends_with(".seg") && n != LOCK_FILE)
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
         let report = crate::scan::verify(dir.path()).unwrap();

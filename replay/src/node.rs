@@ -101,6 +101,19 @@ fn snapshots_past(
         })?;
         set_aside.push(stale);
     }
+    if !set_aside.is_empty() {
+        // The renames must survive a power loss: a snapshot back under its
+        // name, past a journal that has since grown past its seq again,
+        // would be taken for the state at that seq.
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|source| {
+                NodeError::Snapshot(snapshot::SnapshotError::Io {
+                    path: dir.to_path_buf(),
+                    source,
+                })
+            })?;
+    }
     Ok(set_aside)
 }
 

@@ -770,3 +770,47 @@ fn a_full_disk_stops_orders_with_503_and_damages_nothing() {
     );
     drop(mount);
 }
+
+/// A second `serve` on a data directory in use is refused before it touches
+/// the journal (it would cut, overwrite and delete under the first), and
+/// the first goes on taking orders with nothing lost.
+#[test]
+fn a_second_server_on_the_same_data_directory_is_refused() {
+    let work = work();
+    let data = work.data("shared");
+    let written = Offline::default().write(&data);
+    let mut first = work.launch(&data).start();
+    let stderr = refuses(&work, &data);
+    assert!(
+        stderr.contains("is open for writing by another process"),
+        "{stderr}"
+    );
+    let mut http = first.api();
+    let (last_order, trader) = *written.orders.last().expect("orders");
+    let resp = http.get(
+        &format!("/portfolio/orders/{last_order}"),
+        Some(&written.keys[trader]),
+    );
+    assert_eq!(resp.status, 200, "{}", resp.text);
+    let body = order_body(
+        &written.market,
+        "up",
+        "buy",
+        10,
+        1,
+        "good_till_canceled",
+        "beside-a-refused-second",
+    );
+    let placed = http.call(
+        "POST",
+        "/portfolio/orders",
+        Some(&written.keys[0]),
+        Some(&body),
+    );
+    assert_eq!(placed.status, 201, "{}", placed.text);
+    assert!(first.sigterm().success(), "{}", first.stderr.text());
+    let report = journal::verify(&data.join("journal")).expect("verify");
+    assert!(report.is_ok(), "{report:?}");
+    // Once the first has stopped, the directory is free again.
+    starts_and_keeps_everything(&work, &data, &written);
+}
