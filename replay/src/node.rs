@@ -253,9 +253,9 @@ impl Node {
             config.snapshot_dir.as_deref(),
             snapshot_max,
             Until::Seq(journal_end),
-            |seq, events| {
+            |stamped, events| {
                 if let Some(feed) = &history {
-                    feed.send(seq, events);
+                    feed.send(stamped.seq, events);
                 }
             },
         )?;

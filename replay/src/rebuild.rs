@@ -63,13 +63,13 @@ pub fn replay(
     replay_with(journal_dir, snapshot_dir, until, |_, _| {})
 }
 
-/// Like [`replay`], calling `observe` with each applied seq and its events
-/// (for tools that compare event streams or show progress).
+/// Like [`replay`], calling `observe` with each applied command and its
+/// events (for tools that compare journals or show progress).
 pub fn replay_with(
     journal_dir: &Path,
     snapshot_dir: Option<&Path>,
     until: Until,
-    observe: impl FnMut(u64, &[Event]),
+    observe: impl FnMut(&Stamped, &[Event]),
 ) -> Result<ReplayOutcome, ReplayError> {
     replay_bounded(journal_dir, snapshot_dir, u64::MAX, until, observe)
 }
@@ -81,7 +81,7 @@ pub(crate) fn replay_bounded(
     snapshot_dir: Option<&Path>,
     snapshot_max: u64,
     until: Until,
-    mut observe: impl FnMut(u64, &[Event]),
+    mut observe: impl FnMut(&Stamped, &[Event]),
 ) -> Result<ReplayOutcome, ReplayError> {
     let (start, skipped) = start_state(snapshot_dir, snapshot_max, until);
     let from_snapshot = start.as_ref().map(|s| s.last_seq);
@@ -103,7 +103,7 @@ pub(crate) fn replay_bounded(
             for stamped in chunk? {
                 events.clear();
                 state.apply(&stamped, &mut events);
-                observe(stamped.seq, &events);
+                observe(&stamped, &events);
                 applied += 1;
             }
         }

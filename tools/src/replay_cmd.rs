@@ -171,8 +171,10 @@ fn rebuild(
     };
     let mut progress = Progress::new(forced_progress, target, "replaying:");
     let start = Instant::now();
-    let outcome = replay_with(journal, snapshots, until, |seq, _| progress.tick(seq))
-        .with_context(|| format!("replaying {}", journal.display()))?;
+    let outcome = replay_with(journal, snapshots, until, |stamped, _| {
+        progress.tick(stamped.seq)
+    })
+    .with_context(|| format!("replaying {}", journal.display()))?;
     progress.finish();
     let secs = start.elapsed().as_secs_f64();
     for skipped in &outcome.skipped_snapshots {
@@ -489,9 +491,11 @@ pub fn market_export(state: &State, ticker: &str) -> Result<Value> {
     }))
 }
 
-/// Per-seq event hashes of one journal, sent in batches; ends with the
-/// final (seq, state hash, event hash) or the error.
-type HashBatch = Vec<(u64, u64)>;
+/// Per-seq hashes of one journal, sent in batches: of the command as
+/// journaled (its stamp and every field) and of the events it caused. The
+/// thread ends with the final (seq, state hash, event hash) or the error
+/// that stopped the replay, after sending every pair before it.
+type HashBatch = Vec<(u64, u64, u64)>;
 
 fn hash_stream(
     journal: PathBuf,
@@ -501,30 +505,31 @@ fn hash_stream(
     std::thread::spawn(move || {
         let mut batch = Vec::with_capacity(4096);
         let mut open = true;
-        let outcome = replay_with(&journal, None, until, |seq, events| {
-            batch.push((seq, stable_hash(events)));
+        let outcome = replay_with(&journal, None, until, |stamped, events| {
+            let command = stable_hash(&codec::encode(stamped)[..]);
+            batch.push((stamped.seq, command, stable_hash(events)));
             if batch.len() == 4096 && open {
                 open = tx.send(std::mem::take(&mut batch)).is_ok();
                 batch.reserve(4096);
             }
-        })
-        .with_context(|| format!("replaying {}", journal.display()))?;
+        });
         if open && !batch.is_empty() {
             let _ = tx.send(batch);
         }
+        let outcome = outcome.with_context(|| format!("replaying {}", journal.display()))?;
         let s = &outcome.state;
         Ok((s.last_seq, s.state_hash(), s.event_hash))
     })
 }
 
-/// Pulls (seq, hash) pairs one at a time from a batch stream.
+/// Pulls (seq, command hash, events hash) one at a time from a batch stream.
 struct Pairs {
     rx: mpsc::Receiver<HashBatch>,
-    batch: std::vec::IntoIter<(u64, u64)>,
+    batch: std::vec::IntoIter<(u64, u64, u64)>,
 }
 
 impl Pairs {
-    fn next(&mut self) -> Option<(u64, u64)> {
+    fn next(&mut self) -> Option<(u64, u64, u64)> {
         loop {
             if let Some(p) = self.batch.next() {
                 return Some(p);
@@ -532,6 +537,13 @@ impl Pairs {
             self.batch = self.rx.recv().ok()?.into_iter();
         }
     }
+}
+
+/// A replay thread that has ended: its result, or why it stopped.
+fn ended(thread: std::thread::JoinHandle<Result<(u64, u64, u64)>>) -> Result<(u64, u64, u64)> {
+    thread
+        .join()
+        .map_err(|_| anyhow!("replay thread panicked"))?
 }
 
 fn command_at(journal: &Path, seq: u64) -> String {
@@ -583,80 +595,103 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool) -> Result<()
     };
     let mut progress = Progress::new(forced_progress, target, "comparing:");
     let mut same = 0u64;
-    let differ = loop {
+    // How the walk stopped: a difference, or the end of one or both streams
+    // (`Some(seq)`: the other goes on with `seq`).
+    enum Stop {
+        Differ(String, u64),
+        AEnded(Option<u64>),
+        BEnded(u64),
+    }
+    let stop = loop {
         match (pa.next(), pb.next()) {
-            (Some((sa, ha)), Some((sb, hb))) => {
-                if sa != sb || ha != hb {
+            (Some((sa, ca, ea)), Some((sb, cb, eb))) => {
+                if sa != sb || ca != cb || ea != eb {
                     let seq = sa.min(sb);
-                    break Some((
-                        format!("first difference at seq {seq}: the events of that command differ"),
-                        seq,
-                    ));
+                    let what = match (ca == cb, ea == eb) {
+                        (false, false) => "the commands differ, and so do their events",
+                        (false, true) => "the commands differ (their events are the same)",
+                        _ => "the events of that command differ",
+                    };
+                    break Stop::Differ(format!("first difference at seq {seq}: {what}"), seq);
                 }
                 same += 1;
                 progress.tick(sa);
             }
-            (None, None) => break None,
-            (Some((s, _)), None) => {
-                break Some((
-                    format!(
-                        "{} ends after seq {}; {} goes on with seq {s}",
-                        b.display(),
-                        s - 1,
-                        a.display()
-                    ),
-                    s,
-                ))
-            }
-            (None, Some((s, _))) => {
-                break Some((
-                    format!(
-                        "{} ends after seq {}; {} goes on with seq {s}",
-                        a.display(),
-                        s - 1,
-                        b.display()
-                    ),
-                    s,
-                ))
-            }
+            (None, None) => break Stop::AEnded(None),
+            (Some((s, _, _)), None) => break Stop::BEnded(s),
+            (None, Some((s, _, _))) => break Stop::AEnded(Some(s)),
         }
     };
     progress.finish();
-    if let Some((message, seq)) = differ {
-        println!("DIFFERENT: {message}");
-        println!("  identical events for {same} commands before it");
-        println!("  {}: {}", a.display(), command_at(a, seq));
-        println!("  {}: {}", b.display(), command_at(b, seq));
-        println!(
-            "  see both with: updown journal dump --journal DIR --from-seq {seq} --to-seq {seq} --events"
-        );
-        // The replays may still be running past the difference; the
-        // process exits without waiting for them.
-        bail!("the journals differ at seq {seq}");
-    }
-    let ra = thread_a
-        .join()
-        .map_err(|_| anyhow!("replay thread panicked"))??;
-    let rb = thread_b
-        .join()
-        .map_err(|_| anyhow!("replay thread panicked"))??;
-    if ra != rb {
-        println!(
-            "DIFFERENT: the events agree for every seq but the final states differ: {} has state hash {}, {} has {}",
-            a.display(),
-            hex64(ra.1),
-            b.display(),
-            hex64(rb.1)
-        );
-        bail!("the journals' final states differ");
-    }
+    // A stream that ended ended on its journal's end or on an error
+    // (damage, a gap): an error is reported as such, never as a divergence.
+    let read = |thread: std::thread::JoinHandle<Result<(u64, u64, u64)>>, journal: &Path| {
+        ended(thread).map_err(|e| {
+            anyhow!(
+                "cannot compare past seq {same}: {} could not be replayed further: {e:#}",
+                journal.display()
+            )
+        })
+    };
+    let differ = match stop {
+        Stop::Differ(message, seq) => Some((message, seq)),
+        Stop::BEnded(s) => {
+            read(thread_b, b)?;
+            Some((
+                format!(
+                    "{} ends after seq {}; {} goes on with seq {s}",
+                    b.display(),
+                    s - 1,
+                    a.display()
+                ),
+                s,
+            ))
+        }
+        Stop::AEnded(Some(s)) => {
+            read(thread_a, a)?;
+            Some((
+                format!(
+                    "{} ends after seq {}; {} goes on with seq {s}",
+                    a.display(),
+                    s - 1,
+                    b.display()
+                ),
+                s,
+            ))
+        }
+        Stop::AEnded(None) => {
+            let ra = read(thread_a, a)?;
+            let rb = read(thread_b, b)?;
+            if ra != rb {
+                println!(
+                    "DIFFERENT: the commands and events agree for every seq but the final states differ: {} has state hash {}, {} has {}",
+                    a.display(),
+                    hex64(ra.1),
+                    b.display(),
+                    hex64(rb.1)
+                );
+                bail!("the journals' final states differ");
+            }
+            println!(
+                "IDENTICAL: {same} commands, the same and with the same events, through seq {}; state hash {}, event hash {}",
+                ra.0,
+                hex64(ra.1),
+                hex64(ra.2)
+            );
+            return Ok(());
+        }
+    };
+    let (message, seq) = differ.expect("a difference");
+    println!("DIFFERENT: {message}");
+    println!("  identical commands and events for {same} commands before it");
+    println!("  {}: {}", a.display(), command_at(a, seq));
+    println!("  {}: {}", b.display(), command_at(b, seq));
     println!(
-        "IDENTICAL: {same} commands with the same events, through seq {}; state hash {}, event hash {}",
-        ra.0,
-        hex64(ra.1),
-        hex64(ra.2)
+        "  see both with: updown journal dump --journal DIR --from-seq {seq} --to-seq {seq} --events"
     );
-    Ok(())
+    // The replays may still be running past the difference; the process
+    // exits without waiting for them.
+    bail!("the journals differ at seq {seq}")
 }
 
 pub fn snapshot_cmd(args: SnapshotArgs) -> Result<()> {

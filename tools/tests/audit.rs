@@ -773,6 +773,39 @@ fn simulated_journal_every_subcommand() {
         err.contains(&format!("differ at seq {diverge_at}")),
         "{err}"
     );
+    // A command that differs in a field its events do not show (the
+    // client_order_id of an order) is found at its own seq too.
+    let renamed = tempfile::tempdir().unwrap();
+    let renamed_at = {
+        let (mut copy, _) = Node::open(node_config(renamed.path()), SIM_T0).unwrap();
+        let opened = copy.state().last_seq as usize;
+        let mut renamed_at = None;
+        for s in run.stamped.iter().skip(opened) {
+            let mut command = s.command.clone();
+            if let Cmd::PlaceOrder { order, .. } = &mut command {
+                if renamed_at.is_none() && s.seq > 5000 {
+                    let mut text = order.client_order_id.as_str().to_string();
+                    text.push('x');
+                    if let Some(id) = sequencer::types::ClientOrderId::new(&text) {
+                        order.client_order_id = id;
+                        renamed_at = Some(s.seq);
+                    }
+                }
+            }
+            copy.submit(s.ts_ms, command).unwrap();
+            copy.drain_events();
+        }
+        copy.commit().unwrap();
+        renamed_at.expect("an order to rename")
+    };
+    let (ok, out, _) = updown(&["replay", "--data-dir", d, "--compare", p(renamed.path())]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "first difference at seq {renamed_at}: the commands differ"
+        )),
+        "{out}"
+    );
 
     // A damaged journal: verify names the segment and offset and fails;
     // dump prints what comes before and stops with the same place.
@@ -797,6 +830,17 @@ fn simulated_journal_every_subcommand() {
     );
     let (ok, _, err) = updown(&["replay", "--data-dir", b, "--no-snapshots"]);
     assert!(!ok && err.contains(&segment), "{err}");
+    // Compared with the whole journal, the damaged copy is an error that
+    // names the damage, never a divergence.
+    let (ok, out, err) = updown(&["replay", "--data-dir", d, "--compare", b]);
+    assert!(!ok);
+    assert!(!out.contains("DIFFERENT"), "{out}");
+    assert!(
+        err.contains(&format!("cannot compare past seq {}", bad_seq - 1))
+            && err.contains("could not be replayed further")
+            && err.contains(&segment),
+        "{err}"
+    );
     // Every other reader that has to go through the damaged record fails
     // the same way, naming where it is, after what comes before it.
     for args in [
