@@ -331,13 +331,18 @@ fn tail(
     poll_ms: u64,
 ) -> Result<()> {
     check_output(output, selection)?;
-    // Without a content selection the last N records are the last N seqs:
-    // start there. Otherwise scan the range and keep the last N matches.
-    let start = if selection.has_content_filter() || selection.from_time.is_some() {
+    // Without a content or time selection the last N records are the N
+    // seqs up to the end (or up to --to-seq): start there. Otherwise scan
+    // the range and keep the last N matches.
+    let by_time = selection.from_time.is_some() || selection.to_time.is_some();
+    let start = if selection.has_content_filter() || by_time {
         None
     } else {
         let dir = source.checked_journal_dir()?;
-        crate::scan::last_seq(&dir)?.map(|last| (last + 1).saturating_sub(lines as u64).max(1))
+        crate::scan::last_seq(&dir)?.map(|last| {
+            let end = selection.to_seq.map_or(last, |to| to.min(last));
+            (end + 1).saturating_sub(lines as u64).max(1)
+        })
     };
     let mut scanner = Scanner::open(source, selection, start)?;
     let mut printer = Printer::new(output);
@@ -424,6 +429,9 @@ impl Sink for Stats {
     }
 }
 
+/// Most buckets `stats` lists (empty ones included).
+const BUCKETS_MAX: u64 = 100_000;
+
 fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> Result<()> {
     let dir = source.checked_journal_dir()?;
     let mut scanner = Scanner::open(source, selection, None)?;
@@ -444,7 +452,45 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
             count as f64 * 1000.0 / ms as f64
         }
     };
-    let peak = stats.buckets.iter().max_by_key(|(_, &c)| c);
+    // Every bucket from the first command's to the last's, empty ones
+    // included (a stall shows as zeros), each with the time it covers: the
+    // first and last are cut at the first and last command, so their rates
+    // are over that time, not over the whole bucket.
+    let rows: Vec<(u64, u64, u64)> = match (stats.first, stats.last) {
+        (Some((_, first)), Some((_, last))) => {
+            let (from, to) = (first / bucket_ms, last / bucket_ms);
+            if to - from > BUCKETS_MAX {
+                bail!(
+                    "{} buckets of {}: use a larger --bucket",
+                    to - from + 1,
+                    span(bucket_ms)
+                );
+            }
+            (from..=to)
+                .map(|b| {
+                    let start = b * bucket_ms;
+                    let covered = (start + bucket_ms).min(last + 1) - start.max(first);
+                    (
+                        start,
+                        stats.buckets.get(&start).copied().unwrap_or(0),
+                        covered,
+                    )
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    // The peak among whole buckets (a partial one of a few milliseconds
+    // says little), or among all when none is whole.
+    let whole: Vec<&(u64, u64, u64)> = rows.iter().filter(|r| r.2 == bucket_ms).collect();
+    let peak = if whole.is_empty() {
+        rows.iter()
+            .max_by(|a, b| rate(a.1, a.2).total_cmp(&rate(b.1, b.2)))
+    } else {
+        whole
+            .into_iter()
+            .max_by(|a, b| rate(a.1, a.2).total_cmp(&rate(b.1, b.2)))
+    };
     if json {
         let v = json!({
             "journal": dir.display().to_string(),
@@ -465,9 +511,10 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
             }))).collect::<Map<_, _>>(),
             "rejections": stats.rejections,
             "bucket_ms": bucket_ms,
-            "buckets": stats.buckets.iter().map(|(&t, &n)| json!({
+            "buckets": rows.iter().map(|&(t, n, covered)| json!({
                 "start_ts_ms": t, "start": iso(t), "commands": n,
-                "commands_per_second": rate(n, bucket_ms),
+                "covered_ms": covered,
+                "commands_per_second": rate(n, covered),
             })).collect::<Vec<_>>(),
             "segments": segs.iter().map(|s| {
                 let counted = scanner.segments.get(&s.index);
@@ -543,17 +590,27 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
     }
     writeln!(
         out,
-        "\nper {} (bucket start, commands, commands/s):",
+        "\nper {} (bucket start, commands, commands/s over the time covered):",
         span(bucket_ms)
     )?;
-    for (&t, &n) in &stats.buckets {
-        writeln!(out, "  {}  {n:>10}  {:>10.1}", iso(t), rate(n, bucket_ms))?;
+    for &(t, n, covered) in &rows {
+        let part = if covered < bucket_ms {
+            format!("  (over the {:.3} s it covers)", covered as f64 / 1000.0)
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "  {}  {n:>10}  {:>10.1}{part}",
+            iso(t),
+            rate(n, covered)
+        )?;
     }
-    if let Some((&t, &n)) = peak {
+    if let Some(&(t, n, covered)) = peak {
         writeln!(
             out,
             "  peak {:.1} commands/s in the bucket at {}",
-            rate(n, bucket_ms),
+            rate(n, covered),
             iso(t)
         )?;
     }

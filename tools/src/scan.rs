@@ -265,9 +265,9 @@ impl Scanner {
         let (state, from_snapshot) = if selection.raw {
             (None, None)
         } else {
-            let snap = source
-                .snapshot_dir()
-                .and_then(|d| newest_snapshot_before(&d, from_seq, from_time));
+            let snap = source.snapshot_dir().and_then(|d| {
+                newest_snapshot_before(&d, (from_seq > 0).then_some(from_seq), selection.from_time)
+            });
             let from = snap.as_ref().map(|s| s.last_seq);
             (Some(snap.unwrap_or_default()), from)
         };
@@ -393,14 +393,18 @@ impl Scanner {
 }
 
 /// The newest valid snapshot holding only commands before `seq` and before
-/// `time`.
-fn newest_snapshot_before(dir: &Path, seq: u64, time: u64) -> Option<State> {
+/// `time`, whichever are given (none when neither is: the scan starts at
+/// the first record).
+fn newest_snapshot_before(dir: &Path, seq: Option<u64>, time: Option<u64>) -> Option<State> {
+    if seq.is_none() && time.is_none() {
+        return None;
+    }
     for (snap_seq, path) in snapshot::list(dir) {
-        if snap_seq >= seq.max(1) {
+        if seq.is_some_and(|seq| snap_seq >= seq) {
             continue;
         }
         match snapshot::load(&path) {
-            Ok(state) if time == 0 || state.now_ms < time => return Some(state),
+            Ok(state) if time.is_none_or(|time| state.now_ms < time) => return Some(state),
             Ok(_) => {}
             Err(e) => eprintln!("warning: skipping {e}"),
         }

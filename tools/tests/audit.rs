@@ -401,6 +401,21 @@ fn simulated_journal_every_subcommand() {
         &to.to_string(),
     ]));
     assert_eq!(same.len(), expected, "RFC 3339 times select the same");
+    // A time range starts from the newest snapshot before it, as a seq
+    // range does, rather than replaying the journal from its first record
+    // (which an operator may have removed).
+    let after_snapshot = run.stamped[run.snapshot_seq as usize + 10].ts_ms;
+    let stats = serde_json::from_str::<serde_json::Value>(&updown_ok(&[
+        "journal",
+        "stats",
+        "--data-dir",
+        d,
+        "--json",
+        "--from-time",
+        &after_snapshot.to_string(),
+    ]))
+    .unwrap();
+    assert_eq!(stats["replayed_from_snapshot"], run.snapshot_seq, "{stats}");
     let ranged = json_lines(&updown_ok(&[
         "journal",
         "dump",
@@ -538,6 +553,34 @@ fn simulated_journal_every_subcommand() {
         .map(|b| b["commands"].as_u64().unwrap())
         .sum();
     assert_eq!(bucketed, total);
+    // Every bucket from the first command's to the last's, each rate over
+    // the time it covers (the first and last are cut at the commands), and
+    // the covered times add up to the journal's span.
+    let bucket_ms = stats["bucket_ms"].as_u64().unwrap();
+    let buckets = stats["buckets"].as_array().unwrap();
+    let (first_ts, last_ts) = (run.stamped[0].ts_ms, run.stamped.last().unwrap().ts_ms);
+    assert_eq!(
+        buckets.len() as u64,
+        last_ts / bucket_ms - first_ts / bucket_ms + 1
+    );
+    for pair in buckets.windows(2) {
+        assert_eq!(
+            pair[1]["start_ts_ms"].as_u64().unwrap() - pair[0]["start_ts_ms"].as_u64().unwrap(),
+            bucket_ms
+        );
+    }
+    let covered: u64 = buckets
+        .iter()
+        .map(|b| b["covered_ms"].as_u64().unwrap())
+        .sum();
+    assert_eq!(covered, last_ts - first_ts + 1);
+    for b in buckets {
+        let (n, ms) = (
+            b["commands"].as_f64().unwrap(),
+            b["covered_ms"].as_f64().unwrap(),
+        );
+        assert!((b["commands_per_second"].as_f64().unwrap() - n * 1000.0 / ms).abs() < 1e-6);
+    }
     assert_eq!(
         stats["segments"].as_array().unwrap().len(),
         segment_files(&journal_dir).len()
@@ -700,6 +743,24 @@ fn simulated_journal_every_subcommand() {
     ]);
     assert_eq!(tail.lines().count(), 2);
     assert!(tail.lines().all(|l| l.contains(" place_order ")));
+    // -n counts back from --to-seq when one is given.
+    let tail = json_lines(&updown_ok(&[
+        "journal",
+        "tail",
+        "-n",
+        "3",
+        "--to-seq",
+        "40",
+        "--data-dir",
+        d,
+        "--json",
+    ]));
+    assert_eq!(
+        tail.iter()
+            .map(|l| l["seq"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![38, 39, 40]
+    );
     let mut follower = Killed(
         Command::new(BIN)
             .args([
