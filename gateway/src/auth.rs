@@ -109,12 +109,16 @@ struct Entries {
     /// When ended entries were last swept out (a sweep walks them all, so
     /// it runs at most once a second however fast failures come).
     swept: Option<Instant>,
+    /// Until when the table is known to be full of locked-out parties: a
+    /// failure from a new party is not counted, without a walk of the
+    /// table for one to forget (looked at again at most once a second).
+    full_until: Option<Instant>,
 }
 
 /// Whom a failure counts against: an IPv4 address, or an IPv6 address's
 /// /64 (one host can use a whole /64, so per-address counting would let
 /// it try keys without end and fill the table).
-fn party(ip: IpAddr) -> IpAddr {
+pub(crate) fn party(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
@@ -147,6 +151,7 @@ impl Lockout {
             entries: Mutex::new(Entries {
                 map: HashMap::new(),
                 swept: None,
+                full_until: None,
             }),
             capacity: capacity.max(1),
         }
@@ -175,6 +180,9 @@ impl Lockout {
         let mut guard = self.entries.lock().expect("lockout lock");
         let entries = &mut *guard;
         if entries.map.len() >= self.capacity && !entries.map.contains_key(&ip) {
+            if entries.full_until.is_some_and(|until| now < until) {
+                return false;
+            }
             if entries
                 .swept
                 .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
@@ -199,8 +207,9 @@ impl Lockout {
                     }
                     None => {
                         tracing::warn!(
-                            "the lockout table is full of locked-out addresses; a failure from a new one is not counted"
+                            "the lockout table is full of locked-out addresses; failures from new ones are not counted for a second"
                         );
+                        entries.full_until = Some(now + Duration::from_secs(1));
                         return false;
                     }
                 }
@@ -323,5 +332,19 @@ mod tests {
             assert!(lockout.entries.lock().unwrap().map.len() <= 4);
         }
         assert!(lockout.check(locked).is_err(), "still locked out");
+        // Full of locked-out parties: a new one's failure is not counted,
+        // and the table is not walked again for a second.
+        for i in 2..5u8 {
+            let ip = IpAddr::from([10, 0, 2, i]);
+            lockout.fail(ip);
+            lockout.fail(ip);
+        }
+        let entries = |l: &Lockout| l.entries.lock().unwrap().map.len();
+        assert_eq!(entries(&lockout), 4);
+        assert!(!lockout.fail(IpAddr::from([10, 0, 3, 1])));
+        assert!(lockout.entries.lock().unwrap().full_until.is_some());
+        assert!(!lockout.fail(IpAddr::from([10, 0, 3, 2])));
+        assert_eq!(entries(&lockout), 4);
+        assert!(lockout.check(IpAddr::from([10, 0, 3, 1])).is_ok());
     }
 }

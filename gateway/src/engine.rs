@@ -89,6 +89,9 @@ pub struct Caller {
     pub rate_limited: bool,
 }
 
+/// The shortest wait for an operator's or the start-up's command.
+const INTERNAL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The answer to a read whose batch did not become durable.
 fn not_durable() -> ApiError {
     ApiError::unavailable(
@@ -149,20 +152,23 @@ impl Submitter {
         }
     }
 
-    async fn wait<T>(&self, rx: oneshot::Receiver<T>) -> Result<T, ApiError> {
+    async fn wait<T>(
+        &self,
+        rx: oneshot::Receiver<T>,
+        timeout: Duration,
+        late: &str,
+    ) -> Result<T, ApiError> {
         // A timeout of 0 gives up at once, whatever the sequencer does with
         // the job (tokio's timer would still wait for its next tick): the
         // tests of retries after a 503 rely on it.
-        let answer = if self.timeout.is_zero() {
+        let answer = if timeout.is_zero() {
             None
         } else {
-            tokio::time::timeout(self.timeout, rx).await.ok()
+            tokio::time::timeout(timeout, rx).await.ok()
         };
         match answer {
             Some(Ok(value)) => Ok(value),
-            _ => Err(ApiError::unavailable(
-                "The order could not be confirmed in time; retry with the same client_order_id.",
-            )),
+            _ => Err(ApiError::unavailable(late)),
         }
     }
 
@@ -181,7 +187,12 @@ impl Submitter {
             reply,
         })
         .await?;
-        self.wait(rx).await?
+        self.wait(
+            rx,
+            self.timeout,
+            "The order could not be confirmed in time; retry with the same client_order_id.",
+        )
+        .await?
     }
 
     /// Runs a read on the sequencer thread and waits for what it returns:
@@ -200,10 +211,18 @@ impl Submitter {
             })
         });
         self.push(Job::Read { caller, read }).await?;
-        self.wait(rx).await?
+        self.wait(
+            rx,
+            self.timeout,
+            "The exchange is busy and did not answer in time; retry.",
+        )
+        .await?
     }
 
-    /// Submits a command from inside the venue and waits for its reply.
+    /// Submits a command from inside the venue (an operator's, the
+    /// start-up's) and waits for its reply: at least `INTERNAL_TIMEOUT`, since
+    /// such a command has no client_order_id and a retry of one that was
+    /// applied after all would apply it twice (a deposit, an account).
     pub async fn internal(&self, command: Command) -> Result<Reply, ApiError> {
         let (reply, rx) = oneshot::channel();
         self.push(Job::Internal {
@@ -211,7 +230,12 @@ impl Submitter {
             reply: Some(reply),
         })
         .await?;
-        self.wait(rx).await
+        self.wait(
+            rx,
+            self.timeout.max(INTERNAL_TIMEOUT),
+            "The command was not confirmed in time and may still be applied: check the state before sending it again.",
+        )
+        .await
     }
 
     /// Submits without waiting, from a plain thread (the price feed).
@@ -241,8 +265,11 @@ pub struct EngineSettings {
     pub queue_capacity: usize,
 }
 
-/// Failed authentications reported back to the gateway for its lockout.
-pub type FailureSink = Arc<dyn Fn(IpAddr) + Send + Sync>;
+/// The failed-attempt lockout, as the sequencer thread sees it: it records
+/// every failure and checks the address again before testing a key, so
+/// that requests queued before a lockout began (sent all at once) test no
+/// more keys than the lockout allows.
+pub type FailureSink = Arc<crate::auth::Lockout>;
 
 /// Hands one batch's events to the publisher; runs on the commit thread
 /// once the batch is durable.
@@ -605,6 +632,16 @@ impl Pending {
             Pending::Read(deliver) => deliver(durable),
             Pending::Internal { reply, answer } => {
                 if let Some(reply) = reply {
+                    // Applied, but its journal sync failed: the operator is
+                    // not told it took effect (it may be lost at restart).
+                    let answer = if committed || answer.is_rejected() {
+                        answer
+                    } else {
+                        Reply::reject(
+                            ErrorCode::ExchangeUnavailable,
+                            "The command was applied but could not be made durable (the journal failed); it may be lost at restart.",
+                        )
+                    };
                     let _ = reply.send(answer);
                 }
             }
@@ -716,9 +753,11 @@ impl Loop {
             return Ok(None);
         };
         let state = self.node.state();
+        self.failures.check(caller.ip)?;
         let refuse = |refusal: KeyRefusal| {
-            if matches!(refusal, KeyRefusal::Invalid) {
-                (self.failures)(caller.ip);
+            if matches!(refusal, KeyRefusal::Invalid) && self.failures.fail(caller.ip) {
+                self.metrics.lockouts.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(ip = %caller.ip, "address locked out after failed authentications");
             }
             Err(ApiError::new(ErrorCode::Unauthorized, refusal.message()))
         };
@@ -765,5 +804,65 @@ impl Loop {
             ),
             wait,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Wrong keys queued before the lockout began (sent all at once, each
+    /// past the gateway's check) are refused by the sequencer's own check
+    /// once the lockout starts: no more keys are tested than it allows.
+    #[test]
+    fn queued_wrong_keys_test_no_more_keys_than_the_lockout_allows() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = replay::NodeConfig {
+            journal: journal::JournalConfig::new(dir.path().join("journal")),
+            snapshot_dir: None,
+            venue: sequencer::VenueConfig::default(),
+            history_dir: None,
+        };
+        let (node, _) = Node::open(config, now_ms()).unwrap();
+        let (snapshots, _snapshot_rx) = crossbeam_channel::bounded(1);
+        let this = Loop {
+            node,
+            settings: EngineSettings {
+                environment: Environment::Test,
+                orders_per_second: 10,
+                orders_burst: 20,
+                snapshot_every: 0,
+                request_timeout: Duration::from_secs(2),
+                queue_capacity: 16,
+            },
+            metrics: Arc::new(Metrics::default()),
+            failures: Arc::new(crate::auth::Lockout::new(3, Duration::from_secs(60))),
+            buckets: HashMap::new(),
+            last_ts: 0,
+            snapshot_seq: 0,
+            snapshots,
+            snapshot_busy: Arc::new(AtomicBool::new(false)),
+        };
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let codes: Vec<StatusCode> = (0..10)
+            .map(|i| {
+                let caller = Caller {
+                    key_id: format!("nosuchkey{i}"),
+                    fingerprint: [0; 32],
+                    ip,
+                    rate_limited: false,
+                };
+                this.authenticate(Some(&caller)).unwrap_err().status()
+            })
+            .collect();
+        let tested = codes
+            .iter()
+            .filter(|&&c| c == StatusCode::UNAUTHORIZED)
+            .count();
+        assert_eq!(tested, 3, "{codes:?}");
+        assert!(codes[3..]
+            .iter()
+            .all(|&c| c == StatusCode::TOO_MANY_REQUESTS));
+        assert_eq!(this.metrics.lockouts.load(Ordering::Relaxed), 1);
     }
 }

@@ -194,14 +194,7 @@ impl Server {
             config.lockout_failures,
             Duration::from_secs(config.lockout_secs),
         ));
-        let failures_lockout = lockout.clone();
-        let failures_metrics = metrics.clone();
-        let failures: crate::engine::FailureSink = Arc::new(move |ip| {
-            if failures_lockout.fail(ip) {
-                failures_metrics.lockouts.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%ip, "address locked out after failed authentications");
-            }
-        });
+        let failures: crate::engine::FailureSink = lockout.clone();
         let settings = EngineSettings {
             environment,
             orders_per_second: config.orders_per_second,

@@ -2078,6 +2078,41 @@ fn repeated_failed_keys_lock_the_address_out_with_429() {
     v.get("/markets", None).ok(200);
 }
 
+/// Wrong keys sent at once from one address: no more keys are tested than
+/// the lockout allows, however the requests interleave. (Whether they pass
+/// the gateway's check before the first failure is counted depends on
+/// timing here; `engine::tests` queues them for certain.)
+#[test]
+fn wrong_keys_sent_at_once_test_no_more_keys_than_the_lockout_allows() {
+    let v = Venue::start_with(|c| {
+        c.lockout_failures = 3;
+        c.lockout_secs = 60;
+    });
+    let barrier = std::sync::Barrier::new(24);
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..24)
+            .map(|i| {
+                let (v, barrier) = (&v, &barrier);
+                scope.spawn(move || {
+                    let key = format!("tk_test_nosuchkey{i}_s3cr3t");
+                    barrier.wait();
+                    v.get("/account", Some(&key)).status
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let tested = statuses.iter().filter(|&&s| s == 401).count();
+    assert!(
+        tested <= 3,
+        "{tested} keys were tested past a lockout of 3: {statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|&s| s == 401 || s == 429),
+        "{statuses:?}"
+    );
+}
+
 #[test]
 fn trading_paused_refuses_new_orders_while_cancels_still_work() {
     let v = Venue::start();

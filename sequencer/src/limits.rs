@@ -83,6 +83,13 @@ pub const MONEY_CENTS_MAX: i64 = 1_000_000_000_000;
 pub const SYMBOL_LEN_MAX: usize = 32;
 /// Highest epoch millisecond value on the wire (2^53 - 1).
 pub const TS_MS_MAX: u64 = 9_007_199_254_740_991;
+/// Records a filtered list of the live state looks at per request (the
+/// orders of the last day, the live fills): lists are read on the sequencer
+/// thread, so a filter that matches little must not walk a whole day. A
+/// page that reaches it answers what it found and a cursor that resumes
+/// right after the last record looked at (it may be short or empty, and
+/// never skips a record).
+pub const LIVE_SCAN_MAX: usize = 10_000;
 /// The business rules this build applies, as journaled by `SetRules`
 /// (`State::rules`):
 /// - 0: the rules before versions were journaled;

@@ -1,7 +1,9 @@
 //! Reads answered from the state: what REST GETs show. Pure functions of the
 //! state; they never change it and are not journaled.
 
-use crate::limits::{FILLS_LIMIT_MAX, FILLS_LIMIT_MIN, LIST_LIMIT_MAX, ORDER_LIST_WINDOW_MS};
+use crate::limits::{
+    FILLS_LIMIT_MAX, FILLS_LIMIT_MIN, LIST_LIMIT_MAX, LIVE_SCAN_MAX, ORDER_LIST_WINDOW_MS,
+};
 use crate::reply::{ErrorCode, Reject};
 use crate::state::{position_parts, Fill, Key, Market, Order, State, Trade};
 use crate::types::{
@@ -162,11 +164,17 @@ impl State {
         };
         let mut items = Vec::new();
         let mut more = false;
-        for id in ids {
+        let mut last_looked = None;
+        for (scanned, id) in ids.enumerate() {
             let order = self.order(id).expect("account orders exist");
             if order.created_ts_ms < since {
                 break;
             }
+            if scanned == LIVE_SCAN_MAX {
+                // Resume right after the last order looked at.
+                return Ok(page(items, true, last_looked));
+            }
+            last_looked = Some(id);
             let wanted = market.is_none_or(|m| order.market == m)
                 && filter
                     .client_order_id
@@ -240,7 +248,13 @@ impl State {
         };
         let mut items = Vec::new();
         let mut more = false;
-        for &id in account.fills.range(..end).rev() {
+        let mut last_looked = None;
+        for (scanned, &id) in account.fills.range(..end).rev().enumerate() {
+            if scanned == LIVE_SCAN_MAX {
+                // Resume right after the last fill looked at.
+                return Ok(page(items, true, last_looked));
+            }
+            last_looked = Some(id);
             let fill = self.fill(id).expect("account fills exist");
             if market.is_some_and(|m| fill.market != m) {
                 continue;

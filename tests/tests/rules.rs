@@ -1228,6 +1228,82 @@ fn the_order_list_matches_a_walk_over_the_days_orders() {
     }
 }
 
+/// A filter that matches little never walks the whole day on the sequencer
+/// thread: a page looks at most `LIVE_SCAN_MAX` records and, short of
+/// matches, answers what it found with a cursor that resumes the walk; the
+/// pages together give every match, once.
+#[test]
+fn filtered_lists_look_at_a_bounded_number_of_records_per_page() {
+    use sequencer::limits::LIVE_SCAN_MAX;
+    let mut v = Venue::new();
+    v.check = false; // 40,000 commands; the invariants are checked at the end
+    v.ok(Command::CreateSeries(SeriesConfig {
+        ticker: "eth-1m".into(),
+        symbol: "X:ETHUSD".into(),
+        window_ms: WINDOW_MS,
+        list_ahead: 1,
+        taker_fee_bps: 0,
+        maker_fee_bps: 0,
+        market_cap_cents: 1_000_000_00,
+    }));
+    v.ok(Command::Price {
+        symbol: "X:ETHUSD".into(),
+        price_e8: 3_000 * 100_000_000,
+        t_ms: v.now + 1,
+    });
+    let eth = v.open_market("eth-1m");
+    let (a, b) = (v.trader(1_000_000_00), v.trader(1_000_000_00));
+    // The oldest order and fill of a are in the ETH market; then many in BTC.
+    let first = v.order_on(eth, "buy up 0.50 x1");
+    let eth_order = v.place_order(a, first).unwrap();
+    let cross = v.order_on(eth, "buy down 0.50 x1");
+    v.place_order(b, cross).unwrap();
+    for _ in 0..LIVE_SCAN_MAX + 50 {
+        v.place(a, "buy up 0.40 x1").unwrap();
+        v.place(b, "buy down 0.60 x1 ioc").unwrap();
+    }
+    v.state.check_invariants().unwrap();
+    let eth_ticker = v.state.markets[eth as usize].ticker.clone();
+    // Orders of the ETH market: the first page looks at LIVE_SCAN_MAX
+    // orders, finds none, and says where to go on.
+    let mut filter = OrderFilter {
+        market_ticker: Some(eth_ticker.clone()),
+        limit: Some(5),
+        ..Default::default()
+    };
+    let mut pages = Vec::new();
+    loop {
+        let page = v.state.query_orders(a.key, &filter).unwrap();
+        pages.push(page.items.iter().map(|o| o.id).collect::<Vec<_>>());
+        match page.cursor {
+            Some(c) => filter.cursor = Some(c),
+            None => break,
+        }
+        assert!(pages.len() < 10, "{pages:?}");
+    }
+    assert!(pages[0].is_empty(), "{pages:?}");
+    assert_eq!(pages.concat(), vec![eth_order.id]);
+    // Fills of the ETH market, the same way.
+    let mut cursor = None;
+    let mut found = Vec::new();
+    let mut rounds = 0;
+    loop {
+        let page = v
+            .state
+            .query_fills(a.key, Some(&eth_ticker), Some(5), cursor)
+            .unwrap();
+        found.extend(page.items.iter().map(|f| f.order));
+        rounds += 1;
+        match page.cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+        assert!(rounds < 10);
+    }
+    assert!(rounds >= 2, "the first page stopped at the bound");
+    assert_eq!(found, vec![eth_order.id]);
+}
+
 /// The market list answers from the unsettled markets or the series' own
 /// list when a filter allows it; every filter and cursor gives exactly what
 /// a walk over every market would.

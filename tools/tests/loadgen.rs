@@ -178,7 +178,11 @@ fn requests_a_stalled_venue_never_answers_count_in_the_latency() {
         std::thread::spawn(move || {
             let deadline = Instant::now() + std::time::Duration::from_secs(60);
             while Instant::now() < deadline {
-                if http.send("GET", "/metrics", &[], None).text.contains("status=\"201\"") {
+                if http
+                    .send("GET", "/metrics", &[], None)
+                    .text
+                    .contains("status=\"201\"")
+                {
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));

@@ -189,8 +189,11 @@ impl Hub {
         self.next_conn.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A connection slot for `ip`, or `None` at the per-address limit.
+    /// A connection slot for `ip`, or `None` at the per-address limit. An
+    /// IPv6 address counts with its /64, as for the lockout: one host can
+    /// hold a whole /64, and would otherwise take every slot of the venue.
     fn acquire(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let ip = crate::auth::party(ip);
         let mut connections = self.connections.lock().expect("connections lock");
         let total: u32 = connections.values().sum();
         let count = connections.get(&ip).copied().unwrap_or(0);
@@ -209,7 +212,7 @@ impl Hub {
     pub fn connections_from(&self, ip: IpAddr) -> u32 {
         self.connections
             .lock()
-            .map_or(0, |c| c.get(&ip).copied().unwrap_or(0))
+            .map_or(0, |c| c.get(&crate::auth::party(ip)).copied().unwrap_or(0))
     }
 
     /// Open websocket connections (upgrades accepted and not yet ended).
@@ -243,5 +246,39 @@ impl Drop for Slot {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 20 connections per address, an IPv6 address counting with its /64;
+    /// a refused upgrade leaves no entry behind; a closed one frees its
+    /// place.
+    #[test]
+    fn connection_slots_count_ipv6_by_slash_64() {
+        let (hub, _sink, _publisher) = start(WsSettings {
+            queue_capacity: 16,
+            ping_interval: Duration::from_secs(10),
+        });
+        let host = |i: u16| -> IpAddr { format!("2001:db8:7:1::{i:x}").parse().unwrap() };
+        let slots: Vec<Slot> = (0..WS_CONNECTIONS_PER_IP as u16)
+            .map(|i| hub.acquire(host(i)).expect("a place"))
+            .collect();
+        assert!(hub.acquire(host(999)).is_none(), "the /64 is full");
+        assert_eq!(hub.connections_from(host(5)), WS_CONNECTIONS_PER_IP);
+        // Another /64 and an IPv4 address are counted apart.
+        let other = hub.acquire("2001:db8:7:2::1".parse().unwrap());
+        assert!(other.is_some());
+        assert!(hub.acquire("198.51.100.4".parse().unwrap()).is_some());
+        drop(slots);
+        assert_eq!(hub.connections_from(host(5)), 0);
+        assert!(!hub
+            .connections
+            .lock()
+            .unwrap()
+            .contains_key(&crate::auth::party(host(1))));
+        assert!(hub.acquire(host(3)).is_some());
     }
 }

@@ -866,8 +866,12 @@ impl Publisher {
                     // It gave up while the command ran: the subscriptions it
                     // was never told of would only hold places of its 100.
                     self.drop_subscriptions(conn, &added);
-                    return;
                 }
+                // The initial pictures of what it now follows (none for a
+                // subscription just dropped): markets an update added to a
+                // kept subscription get their snapshot even when the reply
+                // found nobody waiting, so that their deltas never come
+                // without one (a retried add finds them already added).
                 for (key, what) in initial {
                     self.initial(key, what);
                 }
