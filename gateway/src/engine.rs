@@ -263,6 +263,8 @@ pub struct EngineSettings {
     pub snapshot_every: u64,
     pub request_timeout: Duration,
     pub queue_capacity: usize,
+    /// Shortest time between the starts of two journal syncs.
+    pub sync_spacing: Duration,
 }
 
 /// The failed-attempt lockout, as the sequencer thread sees it: it records
@@ -388,9 +390,10 @@ fn run(
     let (commit_tx, commit_rx) = crossbeam_channel::bounded::<Closed>(COMMIT_PIPELINE);
     let committer = {
         let failed = sync_failed.clone();
+        let sync_spacing = this.settings.sync_spacing;
         std::thread::Builder::new()
             .name("journal-sync".into())
-            .spawn(move || commit_loop(commit_rx, failed, metrics))
+            .spawn(move || commit_loop(commit_rx, failed, metrics, sync_spacing))
             .expect("spawn the journal sync thread")
     };
     let mut batch: Vec<Job> = Vec::with_capacity(BATCH_MAX);
@@ -522,23 +525,26 @@ struct Closed {
 
 /// Batches waiting together share one sync.
 const COMMIT_MAX: usize = 64;
-/// The shortest time between the starts of two journal syncs.
-const SYNC_SPACING: Duration = Duration::from_micros(200);
 
 /// The commit stage: sync, then publish and answer, in the sequencer's order.
-fn commit_loop(rx: Receiver<Closed>, failed: Arc<OnceLock<String>>, metrics: Arc<Metrics>) {
+fn commit_loop(
+    rx: Receiver<Closed>,
+    failed: Arc<OnceLock<String>>,
+    metrics: Arc<Metrics>,
+    sync_spacing: Duration,
+) {
     let mut ready: Vec<Closed> = Vec::with_capacity(COMMIT_MAX);
-    let mut last_sync = Instant::now() - SYNC_SPACING;
+    let mut last_sync = Instant::now() - sync_spacing;
     while let Ok(first) = rx.recv() {
         ready.push(first);
-        // Under load, syncs come at most every SYNC_SPACING: the batches
+        // Under load, syncs come at most every `sync_spacing`: the batches
         // that close meanwhile share the next one. Each fdatasync costs the
         // machine some 20 µs of CPU; at tens of thousands of requests a
         // second, one sync per two or three requests took a third of a core.
         // When syncs are rarer than that, nothing waits.
         let since = last_sync.elapsed();
-        if since < SYNC_SPACING {
-            std::thread::sleep(SYNC_SPACING - since);
+        if since < sync_spacing {
+            std::thread::sleep(sync_spacing - since);
         }
         while ready.len() < COMMIT_MAX {
             match rx.try_recv() {
@@ -834,6 +840,7 @@ mod tests {
                 snapshot_every: 0,
                 request_timeout: Duration::from_secs(2),
                 queue_capacity: 16,
+                sync_spacing: Duration::from_micros(200),
             },
             metrics: Arc::new(Metrics::default()),
             failures: Arc::new(crate::auth::Lockout::new(3, Duration::from_secs(60))),

@@ -202,6 +202,7 @@ impl Server {
             snapshot_every: config.snapshot_every,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             queue_capacity: config.queue_capacity.max(16),
+            sync_spacing: Duration::from_micros(config.sync_spacing_us.min(100_000)),
         };
         // The websocket publisher takes each committed batch's events.
         let (ws, events, publisher) = crate::ws::start(crate::ws::WsSettings {

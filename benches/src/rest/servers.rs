@@ -157,6 +157,10 @@ pub fn venue_config(data_dir: &Path, durability: DurabilityPolicy) -> ServerConf
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(64),
+        sync_spacing_us: std::env::var("UPDOWN_BENCH_REST_SYNC_SPACING_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(ServerConfig::default().sync_spacing_us),
         ..ServerConfig::default()
     }
 }
