@@ -83,10 +83,14 @@ impl Metrics {
 
     /// One sequencer batch done.
     pub fn record_batch(&self, jobs: u64, busy: Duration, queue_depth: u64, last_seq: u64) {
-        self.batches.fetch_add(1, Ordering::Relaxed);
-        self.jobs.fetch_add(jobs, Ordering::Relaxed);
-        self.batch_busy_us
-            .fetch_add(busy.as_micros() as u64, Ordering::Relaxed);
+        // A wake-up with no job (a tick falling due, a timeout) is not a
+        // batch: jobs / batches is the batch size.
+        if jobs > 0 {
+            self.batches.fetch_add(1, Ordering::Relaxed);
+            self.jobs.fetch_add(jobs, Ordering::Relaxed);
+            self.batch_busy_us
+                .fetch_add(busy.as_micros() as u64, Ordering::Relaxed);
+        }
         self.queue_depth.store(queue_depth, Ordering::Relaxed);
         self.last_seq.store(last_seq, Ordering::Relaxed);
     }
@@ -217,5 +221,23 @@ pub fn render_ws(out: &mut String, hub: &Hub) {
     ];
     for (name, kind, value) in lines {
         let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {value}");
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+
+    /// A wake-up with no job is not a batch, so jobs / batches is the batch
+    /// size; the gauges move either way.
+    #[test]
+    fn empty_wake_ups_are_not_batches() {
+        let m = Metrics::default();
+        m.record_batch(3, Duration::from_micros(10), 0, 5);
+        m.record_batch(0, Duration::from_micros(2), 1, 6);
+        assert_eq!(m.batches.load(Ordering::Relaxed), 1);
+        assert_eq!(m.jobs.load(Ordering::Relaxed), 3);
+        assert_eq!(m.last_seq.load(Ordering::Relaxed), 6);
+        assert_eq!(m.queue_depth.load(Ordering::Relaxed), 1);
     }
 }

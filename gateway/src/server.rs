@@ -147,14 +147,17 @@ impl Server {
         let node_config = NodeConfig {
             journal,
             snapshot_dir: Some(config.snapshot_dir()),
-            venue,
+            venue: venue.clone(),
             history_dir: Some(config.data_dir.join("history")),
         };
         let (node, report) = Node::open(node_config, now_ms())?;
         let open_report = format!(
-            "journal: {} records, last seq {:?}{}; replayed {} commands{}",
+            "journal: {} records, last seq {}{}; replayed {} commands{}",
             report.recovery.records,
-            report.recovery.last_seq,
+            report
+                .recovery
+                .last_seq
+                .map_or_else(|| "none".to_string(), |s| s.to_string()),
             report
                 .recovery
                 .truncated_tail
@@ -180,6 +183,22 @@ impl Server {
         for skipped in &report.skipped_snapshots {
             tracing::warn!("skipped a damaged snapshot: {skipped}");
         }
+        // The venue's settings are journaled when the journal is made. Its
+        // environment is fixed for the life of the data directory (every
+        // key belongs to one); the others may change, as a journaled
+        // command, so that the change is on record for auditors.
+        let journaled = node.state().config.clone();
+        if journaled.environment != venue.environment {
+            return Err(StartError::Config(format!(
+                "environment is {} in the configuration, but this data directory ({}) is a {} venue: \
+                 the environment of a venue is fixed for the life of its data (every key belongs to one)",
+                venue.environment.as_str(),
+                config.data_dir.display(),
+                journaled.environment.as_str()
+            )));
+        }
+        let venue_changes = journaled != venue;
+        let journal_seq = node.state().last_seq;
         let history = node.history();
         let tail_ms = config.history_tail_secs.saturating_mul(1000);
         let retention_changes = node.state().retention.tail_ms != tail_ms;
@@ -189,6 +208,38 @@ impl Server {
             .iter()
             .map(|s| s.config.ticker.clone())
             .collect();
+        // A series is created once, from the configuration of the first
+        // start that names it; later changes to it in the file are not
+        // applied (its windows and their fees are on record): say so.
+        for entry in &config.series {
+            let Some(series) = node.state().series_by_ticker(&entry.ticker) else {
+                continue;
+            };
+            if entry
+                .to_config()
+                .is_ok_and(|wanted| wanted != series.config)
+            {
+                tracing::warn!(
+                    series = %entry.ticker,
+                    "the configuration changes this series, which exists already: the change is not applied (a series keeps the settings it was created with)"
+                );
+            }
+        }
+        // The simulator prints for every series the journal has, not only
+        // those still in the file (their windows would stall unsettled),
+        // going on from each symbol's last journaled price.
+        let mut simulated: BTreeMap<String, f64> = BTreeMap::new();
+        for series in &node.state().series {
+            simulated.insert(series.config.symbol.clone(), 100.0);
+        }
+        for s in &config.series {
+            simulated.insert(s.symbol.clone(), s.sim_start_price.unwrap_or(100.0));
+        }
+        for (symbol, price) in simulated.iter_mut() {
+            if let Some((_, last_e8)) = node.state().prices.get(symbol).and_then(|p| p.latest()) {
+                *price = last_e8 as f64 / 100_000_000.0;
+            }
+        }
         let metrics = Arc::new(Metrics::default());
         let lockout = Arc::new(Lockout::new(
             config.lockout_failures,
@@ -222,6 +273,16 @@ impl Server {
                 source,
             })?;
 
+        if venue_changes {
+            let reply = runtime.block_on(submitter.internal(Command::Configure(venue.clone())));
+            accepted(reply, "the venue's settings")?;
+            tracing::info!(
+                practice_book_open = venue.practice_book_open,
+                account_risk_cap_cents = venue.account_risk_cap_cents,
+                "venue settings changed"
+            );
+        }
+
         // The history tail is journaled, so replay evicts exactly as the
         // live run did; a changed setting is a new command.
         if retention_changes {
@@ -244,17 +305,13 @@ impl Server {
 
         let feed_stop = Arc::new(AtomicBool::new(false));
         let feed = config.price_simulator.then(|| {
-            let mut symbols = BTreeMap::new();
-            for s in &config.series {
-                symbols
-                    .entry(s.symbol.clone())
-                    .or_insert(s.sim_start_price.unwrap_or(100.0));
-            }
             crate::feed::start(
                 submitter.clone(),
-                symbols,
+                simulated,
                 Duration::from_millis(config.price_interval_ms.max(10)),
-                config.price_seed,
+                // A restart goes on with other steps, not the same walk
+                // again (reproducible from the same journal).
+                config.price_seed ^ journal_seq.wrapping_mul(0x9E37_79B9_7F4A_7C15),
                 feed_stop.clone(),
             )
         });

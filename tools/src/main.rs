@@ -126,6 +126,13 @@ fn serve(args: ServeArgs) -> Result<()> {
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
+    // A practice feature, refused on a live venue before it starts (it
+    // would fund an account with $10,000 and print a live key).
+    if args.demo
+        && config.environment().map_err(anyhow::Error::msg)? != sequencer::types::Environment::Test
+    {
+        bail!("--demo funds a practice account and prints a test key: it runs on a test venue only (environment = \"test\")");
+    }
     let server = Server::start(config.clone()).context("starting the venue")?;
     println!(
         "updown {} listening on http://{}/v1 (admin on {}, data in {})",

@@ -329,3 +329,127 @@ fn a_journal_damaged_in_the_middle_stops_start_up_until_told_to_truncate() {
     assert_eq!(status, 200);
     assert!(recovered.sigterm().success());
 }
+
+/// A restart with a changed configuration: the environment is fixed for a
+/// data directory's life (refused, saying so); other venue settings change
+/// by a journaled command; a series dropped from the file keeps its
+/// simulated prices, going on from its last journaled price.
+#[test]
+fn a_restart_with_a_changed_configuration_keeps_the_venue_consistent() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let first = common::Settings {
+        price_simulator: true,
+        price_interval_ms: 100,
+        ..common::Settings::default()
+    };
+    let config = first.write(&dir.path().join("first.toml"));
+    let mut serve = Launch::new(&data, Some(&config)).start();
+    // Some prints of the series' symbol, then a graceful stop.
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
+    // The last journaled print of the series' symbol, and how many.
+    let prints = |data: &Path| -> (usize, f64) {
+        let out = Command::new(BIN)
+            .args([
+                "journal",
+                "dump",
+                "--json",
+                "--raw",
+                "--kind",
+                "price",
+                "--data-dir",
+            ])
+            .arg(data)
+            .output()
+            .unwrap();
+        let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|l: &Value| l["command"]["symbol"] == common::SYMBOL)
+            .collect();
+        let last = lines.last().expect("prints")["command"]["price_e8"]
+            .as_i64()
+            .unwrap();
+        (lines.len(), last as f64 / 1e8)
+    };
+    let (printed, before) = prints(&data);
+
+    // The other environment: refused, naming it, nothing changed.
+    let live = dir.path().join("live.toml");
+    std::fs::write(
+        &live,
+        first
+            .toml()
+            .replace("environment = \"test\"", "environment = \"live\""),
+    )
+    .unwrap();
+    let Err(refused) = Launch::new(&data, Some(&live)).try_start() else {
+        panic!("a live start on a test venue started");
+    };
+    assert!(
+        refused
+            .stderr
+            .contains("environment is live in the configuration")
+            && refused.stderr.contains("is a test venue"),
+        "{}",
+        refused.stderr
+    );
+
+    // --demo funds a practice account: refused on a live venue, before it
+    // starts.
+    let Err(refused) = Launch::new(&dir.path().join("live-data"), Some(&live))
+        .arg("--demo")
+        .try_start()
+    else {
+        panic!("--demo started on a live venue");
+    };
+    assert!(
+        refused.stderr.contains("runs on a test venue only"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!dir.path().join("live-data").join("journal").exists());
+
+    // A file without the series and with another risk cap: the cap is
+    // journaled as a change; the series' symbol still gets prices, from
+    // where it was.
+    let other = dir.path().join("other.toml");
+    let text = first.toml();
+    let without_series = text[..text.find("[[series]]").unwrap()].to_string()
+        + "price_simulator = true\naccount_risk_cap_usd = 5000\n";
+    std::fs::write(
+        &other,
+        without_series.replacen("price_simulator = true\n", "", 1),
+    )
+    .unwrap();
+    let mut serve = Launch::new(&data, Some(&other)).start();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
+    let dump = Command::new(BIN)
+        .args([
+            "journal",
+            "dump",
+            "--json",
+            "--kind",
+            "configure",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let configures: Vec<Value> = String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(configures.len(), 2, "{configures:?}");
+    let (printed_after, after) = prints(&data);
+    assert!(
+        printed_after > printed,
+        "the dropped series' symbol still got prints"
+    );
+    assert!(
+        (after / before - 1.0).abs() < 0.02,
+        "the walk went on from {before}, not from a start price: {after}"
+    );
+}
