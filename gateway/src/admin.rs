@@ -469,6 +469,26 @@ async fn issue_key(State(admin): Shared, raw: Body) -> Response {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
+    // A key limited to series that do not exist could never trade: refused,
+    // naming the first (series are never removed, so the check holds).
+    if let Some(series) = limits.series.clone() {
+        let unknown = admin
+            .submitter
+            .read(None, move |state, _| {
+                Ok(series
+                    .into_iter()
+                    .find(|t| state.series_by_ticker(t).is_none()))
+            })
+            .await;
+        match unknown {
+            Ok(None) => {}
+            Ok(Some(ticker)) => {
+                return ApiError::new(ErrorCode::SeriesNotFound, format!("No series {ticker}."))
+                    .into_response()
+            }
+            Err(e) => return e.into_response(),
+        }
+    }
     let key_id = random_token(16);
     let secret = random_token(32);
     let command = Command::IssueKey(NewKey {

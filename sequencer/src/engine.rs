@@ -709,8 +709,24 @@ impl State {
     }
 
     fn pause_trading(&mut self, until: Option<u64>, events: &mut Vec<Event>) -> Reply {
-        if until.is_some_and(|u| u <= self.now_ms || u > TS_MS_MAX) {
-            return Reply::reject(ErrorCode::BadRequest, "until must be a time in the future");
+        match until {
+            Some(u) if u > TS_MS_MAX => {
+                return Reply::reject(
+                    ErrorCode::BadRequest,
+                    format!("until is past the largest time, {TS_MS_MAX} epoch ms"),
+                )
+            }
+            // Epoch seconds of any time since 1973 are below this.
+            Some(u) if u <= self.now_ms && u < 100_000_000_000 => {
+                return Reply::reject(
+                    ErrorCode::BadRequest,
+                    "until must be a time in the future, in epoch milliseconds (this looks like seconds)",
+                )
+            }
+            Some(u) if u <= self.now_ms => {
+                return Reply::reject(ErrorCode::BadRequest, "until must be a time in the future")
+            }
+            _ => {}
         }
         self.pause = Some(Pause {
             since_ts_ms: self.now_ms,

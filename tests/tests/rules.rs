@@ -735,6 +735,21 @@ fn a_pause_refuses_new_orders_but_cancels_still_work() {
         .contains("further notice"));
     v.ok(Command::ResumeTrading);
     v.place(a, "buy up 0.30 x1").unwrap();
+    // A pause ending in the past, past the largest time, or given in
+    // seconds is refused, saying which.
+    let refusal = |v: &mut Venue, until: u64| {
+        v.run(Command::PauseTrading {
+            until_ts_ms: Some(until),
+        })
+        .rejection()
+        .expect("refused")
+        .message
+        .clone()
+    };
+    let now = v.now;
+    assert_eq!(refusal(&mut v, now), "until must be a time in the future");
+    assert!(refusal(&mut v, now / 1000 + 60).contains("this looks like seconds"));
+    assert!(refusal(&mut v, u64::MAX).contains("past the largest time"));
 }
 
 #[test]

@@ -36,7 +36,7 @@ enum AdminCommand {
     Series(ListCommand),
     /// Markets (windows).
     #[command(subcommand)]
-    Markets(ListCommand),
+    Markets(MarketsCommand),
     /// The live state's last seq, state hash and event hash, to compare
     /// with `updown replay --until-seq SEQ` of the same journal.
     State,
@@ -127,6 +127,19 @@ enum ListCommand {
     List,
 }
 
+#[derive(Subcommand)]
+enum MarketsCommand {
+    /// The newest 1,000 markets, newest first.
+    List {
+        /// Only this series' markets.
+        #[arg(long, value_name = "TICKER")]
+        series: Option<String>,
+        /// Only markets in this status: scheduled, open, closed or settled.
+        #[arg(long)]
+        status: Option<String>,
+    },
+}
+
 /// A small blocking client of the admin endpoint.
 pub struct Client {
     base: String,
@@ -215,13 +228,31 @@ pub fn run(args: AdminArgs) -> Result<()> {
             client.post("/admin/trading/resume", json!({}))?
         }
         AdminCommand::Series(ListCommand::List) => client.get("/admin/series")?,
-        AdminCommand::Markets(ListCommand::List) => client.get("/admin/markets")?,
+        AdminCommand::Markets(MarketsCommand::List { series, status }) => {
+            let mut query = Vec::new();
+            if let Some(series) = series {
+                query.push(format!("series_ticker={series}"));
+            }
+            if let Some(status) = status {
+                query.push(format!("status={status}"));
+            }
+            let path = if query.is_empty() {
+                "/admin/markets".to_string()
+            } else {
+                format!("/admin/markets?{}", query.join("&"))
+            };
+            client.get(&path)?
+        }
         AdminCommand::State => client.get("/admin/state")?,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&output)?);
     } else {
         print!("{}", table(&output));
+        let shown = output["markets"].as_array().map_or(0, Vec::len);
+        if shown == sequencer::limits::LIST_LIMIT_MAX as usize {
+            println!("(the newest {shown} markets; narrow the list with --series or --status)");
+        }
     }
     Ok(())
 }

@@ -113,6 +113,29 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
     assert!(ok && series.contains("btc-15m") && series.contains("aapl-60m"));
     let markets = admin_json(d, &["markets", "list"]);
     assert!(markets["markets"].as_array().unwrap().len() >= 5);
+    // Narrowed by series and status.
+    let series = markets["markets"][0]["series_ticker"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let narrowed = admin_json(
+        d,
+        &[
+            "markets",
+            "list",
+            "--series",
+            &series,
+            "--status",
+            "scheduled",
+        ],
+    );
+    let narrowed = narrowed["markets"].as_array().unwrap();
+    assert!(!narrowed.is_empty());
+    assert!(narrowed
+        .iter()
+        .all(|m| m["series_ticker"] == series.as_str() && m["status"] == "scheduled"));
+    let (ok, _, err) = admin(d, &["markets", "list", "--status", "sleeping"]);
+    assert!(!ok && err.contains("status"), "{err}");
     // The live hashes, in the form `updown replay` prints them.
     let state = admin_json(d, &["state"]);
     assert!(state["seq"].as_u64().unwrap() > 0, "{state}");
@@ -197,6 +220,30 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
             ]
             .concat(),
             "at most 10 addresses",
+        ),
+        (
+            vec![
+                "key".into(),
+                "issue".into(),
+                "--account".into(),
+                id.clone(),
+                "--scopes".into(),
+                "trade".into(),
+                "--series".into(),
+                "nosuch-1m".into(),
+            ],
+            "No series nosuch-1m.",
+        ),
+        (
+            vec![
+                "key".into(),
+                "issue".into(),
+                "--account".into(),
+                id.clone(),
+                "--max-order-usd".into(),
+                "NaN".into(),
+            ],
+            "not a positive dollar amount",
         ),
         (
             vec![

@@ -289,7 +289,12 @@ impl Launch {
         let mut serve = self.spawn();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some((addr, admin_addr)) = listening_on(&serve.stdout.text()) {
+            // Started once both start lines are out: "listening on" and the
+            // journal's report under it (tests read the report).
+            let text = serve.stdout.text();
+            if let Some((addr, admin_addr)) =
+                listening_on(&text).filter(|_| text.lines().any(|l| l.starts_with("journal: ")))
+            {
                 serve.addr = addr;
                 serve.admin_addr = admin_addr;
                 return Ok(serve);
