@@ -63,6 +63,24 @@ fn file_name(path: &Path) -> String {
 fn starts_and_keeps_everything(work: &Work, data: &Path, written: &Written) -> String {
     let mut serve = work.launch(data).start();
     let printed = serve.stdout.text();
+    has_the_last_order_and_takes_one(&serve, written, "after-recovery");
+    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
+    let journal = data.join("journal");
+    let report = journal::verify(&journal).expect("verify");
+    assert!(report.is_ok(), "{report:?}");
+    assert!(report.last_seq > Some(written.last_seq));
+    assert_eq!(
+        replayed_hash(&journal, Until::Seq(written.last_seq)),
+        (written.last_seq, written.hash),
+        "the acknowledged history is intact"
+    );
+    printed
+}
+
+/// The running `serve` answers the last acknowledged order of `written`
+/// and places a new one with `client_order_id`.
+#[track_caller]
+fn has_the_last_order_and_takes_one(serve: &Serve, written: &Written, client_order_id: &str) {
     let mut http = serve.api();
     let (last_order, trader) = *written.orders.last().expect("orders");
     let resp = http.get(
@@ -81,7 +99,7 @@ fn starts_and_keeps_everything(work: &Work, data: &Path, written: &Written) -> S
         10,
         1,
         "good_till_canceled",
-        "after-recovery",
+        client_order_id,
     );
     let placed = http.call(
         "POST",
@@ -90,17 +108,6 @@ fn starts_and_keeps_everything(work: &Work, data: &Path, written: &Written) -> S
         Some(&body),
     );
     assert_eq!(placed.status, 201, "{}", placed.text);
-    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
-    let journal = data.join("journal");
-    let report = journal::verify(&journal).expect("verify");
-    assert!(report.is_ok(), "{report:?}");
-    assert!(report.last_seq > Some(written.last_seq));
-    assert_eq!(
-        replayed_hash(&journal, Until::Seq(written.last_seq)),
-        (written.last_seq, written.hash),
-        "the acknowledged history is intact"
-    );
-    printed
 }
 
 /// Start-up refuses; returns stderr.
@@ -785,29 +792,7 @@ fn a_second_server_on_the_same_data_directory_is_refused() {
         stderr.contains("is open for writing by another process"),
         "{stderr}"
     );
-    let mut http = first.api();
-    let (last_order, trader) = *written.orders.last().expect("orders");
-    let resp = http.get(
-        &format!("/portfolio/orders/{last_order}"),
-        Some(&written.keys[trader]),
-    );
-    assert_eq!(resp.status, 200, "{}", resp.text);
-    let body = order_body(
-        &written.market,
-        "up",
-        "buy",
-        10,
-        1,
-        "good_till_canceled",
-        "beside-a-refused-second",
-    );
-    let placed = http.call(
-        "POST",
-        "/portfolio/orders",
-        Some(&written.keys[0]),
-        Some(&body),
-    );
-    assert_eq!(placed.status, 201, "{}", placed.text);
+    has_the_last_order_and_takes_one(&first, &written, "beside-a-refused-second");
     assert!(first.sigterm().success(), "{}", first.stderr.text());
     let report = journal::verify(&data.join("journal")).expect("verify");
     assert!(report.is_ok(), "{report:?}");
