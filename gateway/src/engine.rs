@@ -397,6 +397,7 @@ fn run(
             .expect("spawn the journal sync thread")
     };
     let mut batch: Vec<Job> = Vec::with_capacity(BATCH_MAX);
+    let mut synced_after_failure = false;
     // The publisher's first picture of the state, before any new command.
     if let Some(delivery) = events(this.node.state(), &[]) {
         delivery();
@@ -433,6 +434,16 @@ fn run(
             Err(e) => {
                 if !was_stopped {
                     tracing::error!(error = %e, "journal commit failed; refusing writes from now on");
+                }
+                // The state holds what was appended before the failure (in
+                // this batch, never synced): make it durable once, or no
+                // read may be answered from that state again.
+                if !synced_after_failure {
+                    synced_after_failure = true;
+                    if let Err(e) = this.node.sync_appended() {
+                        tracing::error!(error = %e, "journal sync after a failure failed; answering nothing from now on");
+                        let _ = sync_failed.set(e.to_string());
+                    }
                 }
                 (None, false)
             }

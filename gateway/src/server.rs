@@ -130,6 +130,11 @@ impl Server {
     pub fn start(config: ServerConfig) -> Result<Server, StartError> {
         let environment = config.environment().map_err(StartError::Config)?;
         let venue = config.venue().map_err(StartError::Config)?;
+        // Every series of the file is checked before anything is opened or
+        // journaled: a bad one must not leave a half-made venue behind.
+        for entry in &config.series {
+            entry.to_config().map_err(StartError::Config)?;
+        }
         std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
             path: config.data_dir.clone(),
             source,

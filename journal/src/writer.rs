@@ -490,6 +490,19 @@ impl Journal {
         self.flush()
     }
 
+    /// After a failure stopped the journal: makes durable what was appended
+    /// before it (records the caller's state already holds), so that what
+    /// the caller shows of that state stays true. The journal stays stopped.
+    pub fn sync_appended(&mut self) -> Result<(), JournalError> {
+        if let Some(a) = self.active.as_mut() {
+            a.file.sync_data().map_err(|e| {
+                JournalError::io(format!("flushing segment {}", a.path.display()), e)
+            })?;
+            a.synced = a.pos;
+        }
+        Ok(())
+    }
+
     /// The sequence number of the last appended record.
     pub fn last_seq(&self) -> Option<u64> {
         self.last_seq

@@ -364,6 +364,12 @@ impl Node {
         }
     }
 
+    /// After a failure stopped the node: makes durable what was appended
+    /// before it (`Journal::sync_appended`).
+    pub fn sync_appended(&mut self) -> Result<(), NodeError> {
+        Ok(self.journal.sync_appended()?)
+    }
+
     /// Forces everything to disk now (shutdown).
     pub fn sync(&mut self) -> Result<(), NodeError> {
         Ok(self.journal.sync()?)

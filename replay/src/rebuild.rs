@@ -40,6 +40,12 @@ pub enum ReplayError {
     Decode(#[from] DecodeError),
     #[error("the journal starts at seq {first} but the state needs seq {expected} next (no snapshot covers the gap)")]
     Gap { expected: u64, first: u64 },
+    #[error("seq {seq} moves the venue to business rules version {version}, newer than this build's ({current}): replay this journal with a newer build")]
+    NewerRules {
+        seq: u64,
+        version: u32,
+        current: u32,
+    },
 }
 
 /// The rebuilt state and how it was reached.
@@ -103,6 +109,17 @@ pub(crate) fn replay_bounded(
             for stamped in chunk? {
                 events.clear();
                 state.apply(&stamped, &mut events);
+                // Rules this build does not know: going on under older ones
+                // would rebuild a state the journal never described.
+                if let sequencer::Command::SetRules { version } = stamped.command {
+                    if version > sequencer::limits::RULES_CURRENT {
+                        return Err(ReplayError::NewerRules {
+                            seq: stamped.seq,
+                            version,
+                            current: sequencer::limits::RULES_CURRENT,
+                        });
+                    }
+                }
                 observe(&stamped, &events);
                 applied += 1;
             }

@@ -332,3 +332,35 @@ fn simulated_journals_replay_to_identical_hashes() {
         full.state.check_all_orders().unwrap();
     }
 }
+
+/// A journal from a newer build (rules this build does not know) is not
+/// replayed under older rules: replay and a node's open stop at that seq.
+#[test]
+fn a_journal_with_newer_rules_is_refused_not_replayed_under_older_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let newer = sequencer::limits::RULES_CURRENT + 1;
+    let seq = {
+        let (mut node, _) = Node::open(node_config(dir.path()), T0).unwrap();
+        let (seq, _) = node
+            .submit(T0, Command::SetRules { version: newer })
+            .unwrap();
+        node.commit().unwrap();
+        seq
+    };
+    let refused = replay(&dir.path().join("journal"), None, Until::End)
+        .err()
+        .expect("refused");
+    assert!(
+        refused.to_string().starts_with(&format!(
+            "seq {seq} moves the venue to business rules version {newer}"
+        )),
+        "{refused}"
+    );
+    let refused = Node::open(node_config(dir.path()), T0)
+        .err()
+        .expect("refused");
+    assert!(
+        refused.to_string().contains("newer than this build's"),
+        "{refused}"
+    );
+}

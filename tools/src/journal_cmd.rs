@@ -375,6 +375,9 @@ struct Stats {
     buckets: BTreeMap<u64, u64>,
     bucket_ms: u64,
     events: u64,
+    /// Earliest and latest stamps seen.
+    min_ts: u64,
+    max_ts: u64,
 }
 
 impl Sink for Stats {
@@ -382,6 +385,12 @@ impl Sink for Stats {
         self.records += 1;
         self.first.get_or_insert((item.seq, item.ts_ms));
         self.last = Some((item.seq, item.ts_ms));
+        self.min_ts = if self.records == 1 {
+            item.ts_ms
+        } else {
+            self.min_ts.min(item.ts_ms)
+        };
+        self.max_ts = self.max_ts.max(item.ts_ms);
         *self.kinds.entry(item.kind).or_default() += 1;
         *self
             .buckets
@@ -429,7 +438,7 @@ impl Sink for Stats {
     }
 }
 
-/// Most buckets `stats` lists (empty ones included).
+/// Most buckets `stats` lists with the empty ones; past it, only the busy.
 const BUCKETS_MAX: u64 = 100_000;
 
 fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> Result<()> {
@@ -441,10 +450,7 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
     };
     scanner.run(&mut stats, None)?;
     let segs = segments(&dir)?;
-    let span_ms = match (stats.first, stats.last) {
-        (Some((_, a)), Some((_, b))) => b - a,
-        _ => 0,
-    };
+    let span_ms = stats.max_ts - stats.min_ts;
     let rate = |count: u64, ms: u64| {
         if ms == 0 {
             0.0
@@ -456,16 +462,12 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
     // included (a stall shows as zeros), each with the time it covers: the
     // first and last are cut at the first and last command, so their rates
     // are over that time, not over the whole bucket.
-    let rows: Vec<(u64, u64, u64)> = match (stats.first, stats.last) {
-        (Some((_, first)), Some((_, last))) => {
+    // The earliest and latest stamps (a journal's stamps can go back across
+    // a restart if the clock did, so not the first and last records').
+    let stamped = (stats.records > 0).then_some((stats.min_ts, stats.max_ts));
+    let rows: Vec<(u64, u64, u64)> = match stamped {
+        Some((first, last)) if (last / bucket_ms - first / bucket_ms) < BUCKETS_MAX => {
             let (from, to) = (first / bucket_ms, last / bucket_ms);
-            if to - from > BUCKETS_MAX {
-                bail!(
-                    "{} buckets of {}: use a larger --bucket",
-                    to - from + 1,
-                    span(bucket_ms)
-                );
-            }
             (from..=to)
                 .map(|b| {
                     let start = b * bucket_ms;
@@ -478,6 +480,16 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
                 })
                 .collect()
         }
+        // Too many to list with the empty ones: the busy ones only, each
+        // over the part of it the journal covers.
+        Some((first, last)) => stats
+            .buckets
+            .iter()
+            .map(|(&start, &n)| {
+                let covered = (start + bucket_ms).min(last + 1) - start.max(first);
+                (start, n, covered)
+            })
+            .collect(),
         _ => Vec::new(),
     };
     // The peak among whole buckets (a partial one of a few milliseconds
