@@ -759,14 +759,7 @@ impl State {
         };
         let account_id = key.account;
         let checked = self.check_order(key_idx, new);
-        let client_hash = new.client_order_id.index_hash(account_id);
-        let orders = &self.orders;
-        let found = self.client_orders.get(client_hash, |id| {
-            orders.get(id).is_some_and(|o| {
-                o.account == account_id && o.client_order_id == new.client_order_id
-            })
-        });
-        if let Some(existing) = found {
+        if let Some(existing) = self.order_by_client_id(account_id, &new.client_order_id) {
             let order = *self.order(existing).expect("indexed orders exist");
             return if same_order(&order, new) {
                 Reply::Order {

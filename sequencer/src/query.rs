@@ -128,7 +128,7 @@ impl State {
     /// The account's orders of the last 24 hours, newest first.
     pub fn query_orders(&self, key: KeyIdx, filter: &OrderFilter) -> Result<Page<Order>, Reject> {
         let account_id = self.authorize_read(key)?.account;
-        let limit = list_limit(filter.limit, LIST_LIMIT_MAX)?;
+        let limit = list_limit(filter.limit, 1, LIST_LIMIT_MAX)?;
         let since = self.now_ms.saturating_sub(ORDER_LIST_WINDOW_MS);
         let account = self.account(account_id).expect("key's account");
         let market = match &filter.market_ticker {
@@ -145,13 +145,11 @@ impl State {
         // list of them, and the cursor cuts the day's list by binary search.
         let below = |id: &OrderId| filter.cursor.is_none_or(|c| *id < c);
         let ids: Box<dyn Iterator<Item = OrderId>> = if let Some(wanted) = &filter.client_order_id {
-            let orders = &self.orders;
-            let found = self.client_orders.get(wanted.index_hash(account_id), |id| {
-                orders
-                    .get(id)
-                    .is_some_and(|o| o.account == account_id && o.client_order_id == *wanted)
-            });
-            Box::new(found.into_iter().filter(below))
+            Box::new(
+                self.order_by_client_id(account_id, wanted)
+                    .into_iter()
+                    .filter(below),
+            )
         } else if filter.status == Some(OrderStatus::Resting) {
             let mut resting: Vec<OrderId> = account.resting.iter().copied().filter(below).collect();
             resting.sort_unstable_by(|a, b| b.cmp(a));
@@ -223,17 +221,7 @@ impl State {
         cursor: Option<u64>,
     ) -> Result<Page<Fill>, Reject> {
         let account = self.authorize_read(key)?.account;
-        let limit = match limit {
-            Some(l) if !(FILLS_LIMIT_MIN..=FILLS_LIMIT_MAX).contains(&l) => {
-                return Err(Reject::bad_request(crate::validate::range_refusal(
-                    "limit",
-                    FILLS_LIMIT_MIN,
-                    FILLS_LIMIT_MAX,
-                )))
-            }
-            Some(l) => l as usize,
-            None => crate::limits::LIST_LIMIT_DEFAULT as usize,
-        };
+        let limit = list_limit(limit, FILLS_LIMIT_MIN, FILLS_LIMIT_MAX)?;
         let market = match market_ticker {
             Some(t) => match self.market_ids.get(t) {
                 Some(&id) => Some(id),
@@ -308,7 +296,7 @@ impl State {
         limit: Option<u32>,
         cursor: Option<u64>,
     ) -> Result<Page<&Market>, Reject> {
-        let limit = list_limit(limit, LIST_LIMIT_MAX)?;
+        let limit = list_limit(limit, 1, LIST_LIMIT_MAX)?;
         let series_id = match series {
             Some(t) => Some(self.series_ids.get(t).copied().ok_or_else(|| {
                 Reject::new(ErrorCode::SeriesNotFound, format!("No series {t}."))
@@ -387,7 +375,7 @@ impl State {
         cursor: Option<u64>,
     ) -> Result<Page<Trade>, Reject> {
         let market = self.query_market(ticker)?;
-        let limit = list_limit(limit, LIST_LIMIT_MAX)?;
+        let limit = list_limit(limit, 1, LIST_LIMIT_MAX)?;
         if market.history {
             let mut page = empty();
             page.rest = Some(Rest {
@@ -423,11 +411,12 @@ pub fn order_not_found(order_id: u64) -> Reject {
     )
 }
 
-fn list_limit(limit: Option<u32>, max: u32) -> Result<usize, Reject> {
+/// A page size: `min..=max`, the default when not given.
+fn list_limit(limit: Option<u32>, min: u32, max: u32) -> Result<usize, Reject> {
     match limit {
-        Some(l) if l == 0 || l > max => Err(Reject::bad_request(crate::validate::range_refusal(
-            "limit", 1, max,
-        ))),
+        Some(l) if !(min..=max).contains(&l) => Err(Reject::bad_request(
+            crate::validate::range_refusal("limit", min, max),
+        )),
         Some(l) => Ok(l as usize),
         None => Ok(crate::limits::LIST_LIMIT_DEFAULT as usize),
     }

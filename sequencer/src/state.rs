@@ -463,6 +463,16 @@ impl State {
     pub fn order(&self, id: OrderId) -> Option<&Order> {
         self.orders.get(id)
     }
+    /// The account's order in the live state with this client_order_id,
+    /// through the idempotency index (its hashes collide: the account and
+    /// the id are compared).
+    pub fn order_by_client_id(&self, account: AccountId, id: &ClientOrderId) -> Option<OrderId> {
+        self.client_orders.get(id.index_hash(account), |candidate| {
+            self.orders
+                .get(candidate)
+                .is_some_and(|o| o.account == account && o.client_order_id == *id)
+        })
+    }
     pub fn fill(&self, id: FillId) -> Option<&Fill> {
         self.fills.get(id)
     }
