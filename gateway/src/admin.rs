@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::{to_bytes, Body};
-use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -111,10 +111,10 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Segment {
         parts: &mut axum::http::request::Parts,
         state: &S,
     ) -> Result<Self, ApiError> {
-        Path::<String>::from_request_parts(parts, state)
+        crate::api::rest::path_text(parts, state)
             .await
-            .map(|Path(segment)| Self(segment))
-            .map_err(|_| ApiError::bad_request("The id in the path is not valid UTF-8."))
+            .map(Self)
+            .ok_or_else(|| ApiError::bad_request("The id in the path is not valid UTF-8."))
     }
 }
 

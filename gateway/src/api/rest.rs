@@ -26,6 +26,18 @@ use crate::auth::{self, Lockout};
 use crate::engine::{Answer, AnswerBody, FinishFn, Finished, Submitter};
 use crate::error::ApiError;
 
+/// The route's one path segment as text; `None` when it cannot be read
+/// (not UTF-8 once decoded). Each extractor below says what that means.
+pub(crate) async fn path_text<S: Send + Sync>(
+    parts: &mut axum::http::request::Parts,
+    state: &S,
+) -> Option<String> {
+    <Path<String> as axum::extract::FromRequestParts<S>>::from_request_parts(parts, state)
+        .await
+        .ok()
+        .map(|Path(text)| text)
+}
+
 /// An `{order_id}` path segment; one that cannot be read is no order.
 pub struct OrderIdParam(pub String);
 
@@ -35,10 +47,9 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for OrderIdParam {
         parts: &mut axum::http::request::Parts,
         state: &S,
     ) -> Result<Self, ApiError> {
-        Path::<String>::from_request_parts(parts, state)
-            .await
-            .map(|Path(id)| Self(id))
-            .map_err(|_| ApiError::new(ErrorCode::OrderNotFound, "No such order on this account."))
+        path_text(parts, state).await.map(Self).ok_or_else(|| {
+            ApiError::new(ErrorCode::OrderNotFound, "No such order on this account.")
+        })
     }
 }
 
@@ -51,10 +62,10 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for TickerParam {
         parts: &mut axum::http::request::Parts,
         state: &S,
     ) -> Result<Self, ApiError> {
-        Path::<String>::from_request_parts(parts, state)
+        path_text(parts, state)
             .await
-            .map(|Path(t)| Self(t))
-            .map_err(|_| ApiError::bad_request("The ticker in the path is not valid UTF-8."))
+            .map(Self)
+            .ok_or_else(|| ApiError::bad_request("The ticker in the path is not valid UTF-8."))
     }
 }
 
