@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use journal::{Durability, JournalConfig};
 use replay::{Node, NodeConfig};
-use sequencer::{Command, Reply};
+use sequencer::{Command, Reply, SeriesConfig};
 use tokio::sync::Notify;
 
 use crate::admin::{self, Admin};
 use crate::api::rest::{self, App};
 use crate::auth::{random_token, Lockout};
-use crate::config::{DurabilityPolicy, ServerConfig};
+use crate::config::{DurabilityPolicy, SeriesEntry, ServerConfig};
 use crate::engine::{now_ms, Engine, EngineSettings};
 use crate::metrics::Metrics;
 
@@ -132,9 +132,12 @@ impl Server {
         let venue = config.venue().map_err(StartError::Config)?;
         // Every series of the file is checked before anything is opened or
         // journaled: a bad one must not leave a half-made venue behind.
-        for entry in &config.series {
-            entry.to_config().map_err(StartError::Config)?;
-        }
+        let series_configs: Vec<SeriesConfig> = config
+            .series
+            .iter()
+            .map(SeriesEntry::to_config)
+            .collect::<Result<_, _>>()
+            .map_err(StartError::Config)?;
         std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
             path: config.data_dir.clone(),
             source,
@@ -216,16 +219,13 @@ impl Server {
         // A series is created once, from the configuration of the first
         // start that names it; later changes to it in the file are not
         // applied (its windows and their fees are on record): say so.
-        for entry in &config.series {
-            let Some(series) = node.state().series_by_ticker(&entry.ticker) else {
+        for wanted in &series_configs {
+            let Some(series) = node.state().series_by_ticker(&wanted.ticker) else {
                 continue;
             };
-            if entry
-                .to_config()
-                .is_ok_and(|wanted| wanted != series.config)
-            {
+            if *wanted != series.config {
                 tracing::warn!(
-                    series = %entry.ticker,
+                    series = %wanted.ticker,
                     "the configuration changes this series, which exists already: the change is not applied (a series keeps the settings it was created with)"
                 );
             }
@@ -297,15 +297,14 @@ impl Server {
         }
 
         // Series from the configuration that the journal does not have yet.
-        for entry in config
-            .series
-            .iter()
+        for series in series_configs
+            .into_iter()
             .filter(|s| !existing.contains(&s.ticker))
         {
-            let series = entry.to_config().map_err(StartError::Config)?;
+            let ticker = series.ticker.clone();
             let reply = runtime.block_on(submitter.internal(Command::CreateSeries(series)));
-            accepted(reply, &format!("series {}", entry.ticker))?;
-            tracing::info!(series = %entry.ticker, "series created");
+            accepted(reply, &format!("series {ticker}"))?;
+            tracing::info!(series = %ticker, "series created");
         }
 
         let feed_stop = Arc::new(AtomicBool::new(false));

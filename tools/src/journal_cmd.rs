@@ -466,43 +466,35 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
     // a restart if the clock did, so not the first and last records').
     let stamped = (stats.records > 0).then_some((stats.min_ts, stats.max_ts));
     let rows: Vec<(u64, u64, u64)> = match stamped {
-        Some((first, last)) if (last / bucket_ms - first / bucket_ms) < BUCKETS_MAX => {
+        Some((first, last)) => {
+            // (start, commands, the part of the bucket the journal covers)
+            let row = |start: u64| {
+                let n = stats.buckets.get(&start).copied().unwrap_or(0);
+                (
+                    start,
+                    n,
+                    (start + bucket_ms).min(last + 1) - start.max(first),
+                )
+            };
             let (from, to) = (first / bucket_ms, last / bucket_ms);
-            (from..=to)
-                .map(|b| {
-                    let start = b * bucket_ms;
-                    let covered = (start + bucket_ms).min(last + 1) - start.max(first);
-                    (
-                        start,
-                        stats.buckets.get(&start).copied().unwrap_or(0),
-                        covered,
-                    )
-                })
-                .collect()
+            if to - from < BUCKETS_MAX {
+                (from..=to).map(|b| row(b * bucket_ms)).collect()
+            } else {
+                // Too many to list with the empty ones: the busy ones only.
+                stats.buckets.keys().map(|&start| row(start)).collect()
+            }
         }
-        // Too many to list with the empty ones: the busy ones only, each
-        // over the part of it the journal covers.
-        Some((first, last)) => stats
-            .buckets
-            .iter()
-            .map(|(&start, &n)| {
-                let covered = (start + bucket_ms).min(last + 1) - start.max(first);
-                (start, n, covered)
-            })
-            .collect(),
-        _ => Vec::new(),
+        None => Vec::new(),
     };
     // The peak among whole buckets (a partial one of a few milliseconds
     // says little), or among all when none is whole.
-    let whole: Vec<&(u64, u64, u64)> = rows.iter().filter(|r| r.2 == bucket_ms).collect();
-    let peak = if whole.is_empty() {
-        rows.iter()
-            .max_by(|a, b| rate(a.1, a.2).total_cmp(&rate(b.1, b.2)))
-    } else {
-        whole
-            .into_iter()
-            .max_by(|a, b| rate(a.1, a.2).total_cmp(&rate(b.1, b.2)))
-    };
+    let faster =
+        |a: &&(u64, u64, u64), b: &&(u64, u64, u64)| rate(a.1, a.2).total_cmp(&rate(b.1, b.2));
+    let peak = rows
+        .iter()
+        .filter(|r| r.2 == bucket_ms)
+        .max_by(faster)
+        .or_else(|| rows.iter().max_by(faster));
     if json {
         let v = json!({
             "journal": dir.display().to_string(),
