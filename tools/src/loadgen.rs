@@ -128,6 +128,17 @@ struct Stats {
 }
 
 impl Stats {
+    /// A request's latency from its due time: overall and in this
+    /// interval, and for its kind when known (a request still queued at the
+    /// end was never drawn, so it has none).
+    fn record(&mut self, kind: Option<Kind>, latency_us: u64) {
+        if let Some(kind) = kind {
+            self.kinds[kind.index()].saturating_record(latency_us);
+        }
+        self.all.saturating_record(latency_us);
+        self.window.saturating_record(latency_us);
+    }
+
     fn new() -> Self {
         Self {
             kinds: Kind::ALL.iter().map(|_| new_histogram()).collect(),
@@ -321,9 +332,7 @@ async fn one_request(shared: &Shared, conn: &mut Option<Conn>, i: u64, due: Inst
                 let mut stats = shared.stats.lock().expect("stats");
                 stats.error(format!("connect: {}", e.kind()));
                 stats.completed += 1;
-                stats.kinds[request.kind.index()].saturating_record(latency);
-                stats.all.saturating_record(latency);
-                stats.window.saturating_record(latency);
+                stats.record(Some(request.kind), latency);
                 return;
             }
         }
@@ -382,9 +391,7 @@ async fn one_request(shared: &Shared, conn: &mut Option<Conn>, i: u64, due: Inst
     }
     let mut stats = shared.stats.lock().expect("stats");
     stats.completed += 1;
-    stats.kinds[kind.index()].saturating_record(latency);
-    stats.all.saturating_record(latency);
-    stats.window.saturating_record(latency);
+    stats.record(Some(kind), latency);
     stats.service.saturating_record(service);
     match outcome {
         Ok(()) => {
@@ -603,8 +610,7 @@ async fn drive(
         let mut stats = shared.stats.lock().expect("stats");
         for due in &late {
             let waited = end.saturating_duration_since(*due).as_micros() as u64;
-            stats.all.saturating_record(waited);
-            stats.window.saturating_record(waited);
+            stats.record(None, waited);
         }
     }
     shared.done.store(true, Ordering::Relaxed);

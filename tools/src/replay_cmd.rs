@@ -595,12 +595,12 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool) -> Result<()
     };
     let mut progress = Progress::new(forced_progress, target, "comparing:");
     let mut same = 0u64;
-    // How the walk stopped: a difference, or the end of one or both streams
-    // (`Some(seq)`: the other goes on with `seq`).
+    // How the walk stopped: a difference, the end of one stream while the
+    // other goes on with `goes_on`, or the end of both.
     enum Stop {
         Differ(String, u64),
-        AEnded(Option<u64>),
-        BEnded(u64),
+        Ended { a_ended: bool, goes_on: u64 },
+        Both,
     }
     let stop = loop {
         match (pa.next(), pb.next()) {
@@ -617,9 +617,19 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool) -> Result<()
                 same += 1;
                 progress.tick(sa);
             }
-            (None, None) => break Stop::AEnded(None),
-            (Some((s, _, _)), None) => break Stop::BEnded(s),
-            (None, Some((s, _, _))) => break Stop::AEnded(Some(s)),
+            (None, None) => break Stop::Both,
+            (Some((s, _, _)), None) => {
+                break Stop::Ended {
+                    a_ended: false,
+                    goes_on: s,
+                }
+            }
+            (None, Some((s, _, _))) => {
+                break Stop::Ended {
+                    a_ended: true,
+                    goes_on: s,
+                }
+            }
         }
     };
     progress.finish();
@@ -633,33 +643,26 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool) -> Result<()
             )
         })
     };
-    let differ = match stop {
-        Stop::Differ(message, seq) => Some((message, seq)),
-        Stop::BEnded(s) => {
-            read(thread_b, b)?;
-            Some((
+    let (message, seq) = match stop {
+        Stop::Differ(message, seq) => (message, seq),
+        Stop::Ended { a_ended, goes_on } => {
+            let (short, thread, long) = if a_ended {
+                (a, thread_a, b)
+            } else {
+                (b, thread_b, a)
+            };
+            read(thread, short)?;
+            (
                 format!(
-                    "{} ends after seq {}; {} goes on with seq {s}",
-                    b.display(),
-                    s - 1,
-                    a.display()
+                    "{} ends after seq {}; {} goes on with seq {goes_on}",
+                    short.display(),
+                    goes_on - 1,
+                    long.display()
                 ),
-                s,
-            ))
+                goes_on,
+            )
         }
-        Stop::AEnded(Some(s)) => {
-            read(thread_a, a)?;
-            Some((
-                format!(
-                    "{} ends after seq {}; {} goes on with seq {s}",
-                    a.display(),
-                    s - 1,
-                    b.display()
-                ),
-                s,
-            ))
-        }
-        Stop::AEnded(None) => {
+        Stop::Both => {
             let ra = read(thread_a, a)?;
             let rb = read(thread_b, b)?;
             if ra != rb {
@@ -681,7 +684,6 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool) -> Result<()
             return Ok(());
         }
     };
-    let (message, seq) = differ.expect("a difference");
     println!("DIFFERENT: {message}");
     println!("  identical commands and events for {same} commands before it");
     println!("  {}: {}", a.display(), command_at(a, seq));
