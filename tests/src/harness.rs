@@ -144,11 +144,17 @@ impl Venue {
 
     /// An underlying print at the current time.
     pub fn print(&mut self, price: i64) {
-        self.ok(Command::Price {
-            symbol: SYMBOL.into(),
-            price_e8: price * 100_000_000,
-            t_ms: self.now,
-        });
+        self.ok(Self::print_of(SYMBOL, price, self.now));
+    }
+
+    /// The command printing `symbol` at `dollars`, stamped `t_ms` (which
+    /// may differ from the venue's clock, as a feed's does).
+    pub fn print_of(symbol: &str, dollars: i64, t_ms: u64) -> Command {
+        Command::Price {
+            symbol: symbol.into(),
+            price_e8: dollars * 100_000_000,
+            t_ms,
+        }
     }
 
     /// A funded account with terms accepted and trading allowed, and a key.

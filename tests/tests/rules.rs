@@ -987,11 +987,7 @@ fn a_window_with_no_earlier_print_opens_on_the_first_print_after_it() {
     let market = v.state.series_by_ticker("late").unwrap().markets[0] as usize;
     assert_eq!(v.state.markets[market].status, MarketStatus::Scheduled);
     v.now += 1_000;
-    v.ok(Command::Price {
-        symbol: "AAPL".into(),
-        price_e8: 230 * 100_000_000,
-        t_ms: v.now,
-    });
+    v.ok(Venue::print_of("AAPL", 230, v.now));
     assert_eq!(v.state.markets[market].status, MarketStatus::Open);
     assert_eq!(
         v.state.markets[market].price_to_beat_e8,
@@ -1019,11 +1015,7 @@ fn the_price_to_beat_is_the_last_print_before_the_open_even_when_it_arrives_late
     let open = v.state.markets[next].open_ts_ms;
     assert_eq!(open, T0 + WINDOW_MS);
     let print = |v: &mut Venue, dollars: i64, t_ms: u64| {
-        v.ok(Command::Price {
-            symbol: "AAPL".into(),
-            price_e8: dollars * 100_000_000,
-            t_ms,
-        });
+        v.ok(Venue::print_of("AAPL", dollars, t_ms));
     };
     v.now = open - 1_000;
     print(&mut v, 100, open - 1_000);
@@ -1065,11 +1057,7 @@ fn journals_from_before_versioned_rules_replay_under_their_rules() {
     }));
     let next = v.state.series_by_ticker("old").unwrap().markets[1] as usize;
     v.now = T0 + WINDOW_MS - 1_000;
-    v.ok(Command::Price {
-        symbol: "AAPL".into(),
-        price_e8: 100 * 100_000_000,
-        t_ms: v.now,
-    });
+    v.ok(Venue::print_of("AAPL", 100, v.now));
     v.advance(1_000);
     assert_eq!(
         v.state.markets[next].status,
@@ -1077,11 +1065,7 @@ fn journals_from_before_versioned_rules_replay_under_their_rules() {
         "rules 0: open at the tick, on the print before the open"
     );
     // A print far ahead was accepted under rules 0.
-    v.ok(Command::Price {
-        symbol: "MSFT".into(),
-        price_e8: 1,
-        t_ms: v.now + 3_600_000,
-    });
+    v.ok(Venue::print_of("MSFT", 1, v.now + 3_600_000));
     // Never to a version this build does not know, never back.
     let newer = sequencer::limits::RULES_CURRENT + 1;
     let refused = v.run(Command::SetRules { version: newer });
@@ -1096,11 +1080,7 @@ fn journals_from_before_versioned_rules_replay_under_their_rules() {
     assert_eq!(v.state.rules, sequencer::limits::RULES_CURRENT);
     assert!(v.run(Command::SetRules { version: 0 }).is_rejected());
     assert!(v
-        .run(Command::Price {
-            symbol: "AAPL".into(),
-            price_e8: 1,
-            t_ms: v.now + 3_600_000,
-        })
+        .run(Venue::print_of("AAPL", 1, v.now + 3_600_000))
         .is_rejected());
 }
 
@@ -1109,11 +1089,7 @@ fn journals_from_before_versioned_rules_replay_under_their_rules() {
 #[test]
 fn prints_ahead_of_the_venue_clock_by_more_than_five_seconds_are_refused() {
     let mut v = Venue::new();
-    let ahead = v.run(Command::Price {
-        symbol: SYMBOL.into(),
-        price_e8: 1,
-        t_ms: v.now + 5_001,
-    });
+    let ahead = v.run(Venue::print_of(SYMBOL, 1, v.now + 5_001));
     let refusal = ahead.rejection().expect("refused");
     assert_eq!(refusal.code, ErrorCode::BadRequest);
     assert_eq!(
@@ -1121,11 +1097,7 @@ fn prints_ahead_of_the_venue_clock_by_more_than_five_seconds_are_refused() {
         "t_ms is more than 5 seconds ahead of the exchange's clock"
     );
     assert!(!v
-        .run(Command::Price {
-            symbol: SYMBOL.into(),
-            price_e8: 1,
-            t_ms: v.now + 5_000,
-        })
+        .run(Venue::print_of(SYMBOL, 1, v.now + 5_000))
         .is_rejected());
 }
 
@@ -1261,11 +1233,7 @@ fn filtered_lists_look_at_a_bounded_number_of_records_per_page() {
         maker_fee_bps: 0,
         market_cap_cents: 1_000_000_00,
     }));
-    v.ok(Command::Price {
-        symbol: "X:ETHUSD".into(),
-        price_e8: 3_000 * 100_000_000,
-        t_ms: v.now + 1,
-    });
+    v.ok(Venue::print_of("X:ETHUSD", 3_000, v.now + 1));
     let eth = v.open_market("eth-1m");
     let (a, b) = (v.trader(1_000_000_00), v.trader(1_000_000_00));
     // The oldest order and fill of a are in the ETH market; then many in BTC.
@@ -1340,11 +1308,7 @@ fn the_market_list_matches_a_walk_over_every_market() {
         v.now = T0 + minute * WINDOW_MS + 1;
         v.print(100 + minute as i64);
         if minute % 7 == 0 {
-            v.ok(Command::Price {
-                symbol: "X:ETHUSD".into(),
-                price_e8: 3_000 * 100_000_000,
-                t_ms: v.now,
-            });
+            v.ok(Venue::print_of("X:ETHUSD", 3_000, v.now));
         }
         v.advance(0);
     }
