@@ -127,13 +127,7 @@ impl ClientOrderId {
     /// Checks the spec's pattern and stores the id; `None` if it does not match.
     pub fn new(text: &str) -> Option<Self> {
         let raw = text.as_bytes();
-        if raw.is_empty() || raw.len() > CLIENT_ORDER_ID_LEN_MAX {
-            return None;
-        }
-        if !raw
-            .iter()
-            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-        {
+        if !Self::pattern_holds(raw) {
             return None;
         }
         let mut bytes = [0u8; CLIENT_ORDER_ID_LEN_MAX];
@@ -142,6 +136,14 @@ impl ClientOrderId {
             len: raw.len() as u8,
             bytes,
         })
+    }
+
+    /// The spec's pattern, `^[A-Za-z0-9._:-]{1,64}$`, on raw bytes.
+    fn pattern_holds(raw: &[u8]) -> bool {
+        (1..=CLIENT_ORDER_ID_LEN_MAX).contains(&raw.len())
+            && raw
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
     }
 
     /// The id as text.
@@ -153,8 +155,13 @@ impl ClientOrderId {
     }
 
     /// True when the id still satisfies the pattern (it may come from a journal).
+    /// Checked in place on every order, so no copy: the bytes in use match
+    /// the pattern and every byte past them is zero, as `new` leaves them.
     pub fn is_valid(&self) -> bool {
-        Self::new(self.as_str()).is_some_and(|same| same == *self)
+        let len = usize::from(self.len);
+        len <= CLIENT_ORDER_ID_LEN_MAX
+            && Self::pattern_holds(&self.bytes[..len])
+            && self.bytes[len..].iter().fold(0, |any, &b| any | b) == 0
     }
 }
 
@@ -244,4 +251,40 @@ pub struct KeyLimits {
     pub max_open_orders: Option<u32>,
     /// Series the key may trade; `None` means all.
     pub series: Option<Vec<String>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client_order_id that did not come through `new` (a journal record
+    /// someone edited) is refused by `is_valid` whatever is wrong with it.
+    #[test]
+    fn client_order_id_validity_is_the_pattern_in_place() {
+        let good = ClientOrderId::new("Ab9._:-").expect("matches the pattern");
+        assert!(good.is_valid());
+        assert!(ClientOrderId::new(&"x".repeat(64)).unwrap().is_valid());
+        assert!(ClientOrderId::new(&"x".repeat(65)).is_none());
+        assert!(ClientOrderId::new("").is_none());
+        assert!(ClientOrderId::new("a b").is_none());
+        let tampered = |f: &dyn Fn(&mut ClientOrderId)| {
+            let mut id = good;
+            f(&mut id);
+            id.is_valid()
+        };
+        assert!(!tampered(&|id| id.len = 0));
+        assert!(!tampered(&|id| id.len = 65));
+        assert!(!tampered(&|id| id.len = u8::MAX));
+        assert!(!tampered(&|id| id.bytes[2] = b' '));
+        assert!(!tampered(&|id| id.bytes[1] = 0xc3));
+        // A byte past the length: the id would compare and hash differently
+        // from the one `new` makes of the same text.
+        assert!(!tampered(&|id| id.bytes[40] = b'a'));
+        // Shortened in place: the bytes it drops are not zero.
+        assert!(!tampered(&|id| id.len = 3));
+        assert!(tampered(&|id| {
+            id.len = 3;
+            id.bytes[3..].fill(0);
+        }));
+    }
 }
