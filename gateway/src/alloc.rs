@@ -20,8 +20,24 @@
 //!
 //! Set in the binaries (`updown`, the benchmarks) with
 //! `#[global_allocator] static ALLOC: gateway::alloc::HugePages = gateway::alloc::HugePages;`.
+//!
+//! **Faulting in ahead.** A page's first touch is a fault that takes the
+//! touching thread out for the time the kernel needs to find, zero and map
+//! it: on the virtual machines measured here about 1.2 ms for a 2 MiB page,
+//! a stall of every request behind it when the thread is the sequencer's
+//! (its order table alone takes a new huge page every 11,000 orders). A
+//! thread that asks for it (`populate_ahead_on_this_thread`, the
+//! sequencer's) has each large block it maps, and each part a growth adds,
+//! queued for the `populate` thread (`start_populator`), which faults the
+//! pages in with `MADV_POPULATE_WRITE`, front to back, while the owner
+//! still fills the front. It never reads or writes the memory, so it
+//! cannot race with the owner; a block unmapped or moved meanwhile makes
+//! the call fail, which ends that request. Cost: a growing table's spare
+//! capacity is resident at once (at most the size of the part in use).
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Blocks this large or larger are mapped on their own (on Linux).
 pub const MAPPED_BYTES: usize = 2 << 20;
@@ -107,6 +123,159 @@ fn pages(size: usize) -> usize {
     size.next_multiple_of(PAGE)
 }
 
+thread_local! {
+    /// Whether this thread's new large blocks are queued for the populator.
+    static POPULATE_AHEAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Requests to the populator: a ring of (start, length) pairs, each slot
+/// stamped like a sequence lock (the request's number + 1 once written, 0
+/// while being written), claimed with one `fetch_add` so that several
+/// asking threads never write one slot at once. The allocator must not
+/// allocate or block, hence no channel. A request lost to an overflow only
+/// leaves its pages to be faulted by their owner, as without a populator.
+const RING: usize = 64;
+static RING_STAMP: [AtomicU64; RING] = [const { AtomicU64::new(0) }; RING];
+static RING_START: [AtomicUsize; RING] = [const { AtomicUsize::new(0) }; RING];
+static RING_LEN: [AtomicUsize; RING] = [const { AtomicUsize::new(0) }; RING];
+/// Requests claimed so far.
+static RING_CLAIMED: AtomicU64 = AtomicU64::new(0);
+/// Whether the populator thread runs (requests are queued only then).
+static POPULATOR: AtomicBool = AtomicBool::new(false);
+/// Bytes the populator has faulted in, for tests and curiosity.
+static POPULATED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Queues the pages of new large blocks made or grown on this thread for
+/// the populator (see the module comment). For the sequencer's thread.
+pub fn populate_ahead_on_this_thread() {
+    POPULATE_AHEAD.with(|on| on.set(true));
+}
+
+/// Bytes faulted in by the populator since the process started.
+pub fn populated_bytes() -> u64 {
+    POPULATED_BYTES.load(Ordering::Relaxed)
+}
+
+/// Starts the `populate` thread, once per process (later calls do nothing).
+/// Only on Linux, where `MADV_POPULATE_WRITE` exists (5.14 and later; on
+/// an older kernel the calls fail and the pages fault as before).
+pub fn start_populator() {
+    if !cfg!(target_os = "linux") || POPULATOR.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let started = std::thread::Builder::new()
+        .name("populate".into())
+        .spawn(populate_loop);
+    if started.is_err() {
+        POPULATOR.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Queues `[start, start + len)` when this thread asked for it.
+fn request_populate(start: *mut u8, len: usize) {
+    if len == 0
+        || !POPULATOR.load(Ordering::Relaxed)
+        || !POPULATE_AHEAD.try_with(Cell::get).unwrap_or(false)
+    {
+        return;
+    }
+    let n = RING_CLAIMED.fetch_add(1, Ordering::AcqRel);
+    let slot = (n % RING as u64) as usize;
+    RING_STAMP[slot].store(0, Ordering::Relaxed);
+    fence(Ordering::Release);
+    RING_START[slot].store(start as usize, Ordering::Relaxed);
+    RING_LEN[slot].store(len, Ordering::Relaxed);
+    RING_STAMP[slot].store(n + 1, Ordering::Release);
+}
+
+/// What the ring holds for request `n`.
+enum Request {
+    /// Written: the range.
+    Ready(usize, usize),
+    /// Claimed, not written yet: look again later.
+    Pending,
+    /// Overwritten by a later request (the ring was lapped): lost.
+    Lost,
+}
+
+fn read_request(n: u64) -> Request {
+    let slot = (n % RING as u64) as usize;
+    let stamp = RING_STAMP[slot].load(Ordering::Acquire);
+    if stamp == 0 || stamp < n + 1 {
+        return Request::Pending;
+    }
+    if stamp > n + 1 {
+        return Request::Lost;
+    }
+    let start = RING_START[slot].load(Ordering::Relaxed);
+    let len = RING_LEN[slot].load(Ordering::Relaxed);
+    fence(Ordering::Acquire);
+    if RING_STAMP[slot].load(Ordering::Relaxed) == n + 1 {
+        Request::Ready(start, len)
+    } else {
+        Request::Lost
+    }
+}
+
+/// Huge pages are faulted in one call at a time, so that a request for a
+/// block freed meanwhile ends at its first failing call.
+const POPULATE_STEP: usize = MAPPED_BYTES;
+/// How often the populator looks for requests (they come at a growth of a
+/// large table, a few times in a run; the owner faults at most the pages it
+/// fills in the meantime).
+const POPULATE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+fn populate_loop() {
+    let mut next = 0u64;
+    loop {
+        std::thread::sleep(POPULATE_POLL);
+        let claimed = RING_CLAIMED.load(Ordering::Acquire);
+        // Lapped: the oldest requests were overwritten.
+        next = next.max(claimed.saturating_sub(RING as u64));
+        while next < claimed {
+            match read_request(next) {
+                Request::Ready(start, len) => populate(start, len),
+                Request::Pending => break,
+                Request::Lost => {}
+            }
+            next += 1;
+        }
+    }
+}
+
+/// Faults in `[start, start + len)` front to back; stops at the first
+/// failure (the block was unmapped or moved). Paced: after each step it
+/// sleeps as long as the step took, so that a growth of hundreds of MiB
+/// (a quarter of a second of kernel time here) takes at most half a core
+/// and leaves the other threads their turns on a small machine; the owner
+/// fills its table far more slowly than that.
+fn populate(start: usize, len: usize) {
+    let mut at = 0;
+    while at < len {
+        let step = POPULATE_STEP.min(len - at);
+        let began = std::time::Instant::now();
+        if !populate_range(start + at, step) {
+            return;
+        }
+        POPULATED_BYTES.fetch_add(step as u64, Ordering::Relaxed);
+        at += step;
+        std::thread::sleep(began.elapsed());
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn populate_range(start: usize, len: usize) -> bool {
+    // SAFETY: MADV_POPULATE_WRITE only faults pages in: it reads and writes
+    // nothing of their contents, and on a range that is not (or no longer)
+    // a writable mapping it fails without effect.
+    unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn populate_range(_: usize, _: usize) -> bool {
+    false
+}
+
 /// A new anonymous mapping of `size` bytes (rounded up to whole pages),
 /// advised onto huge pages; null if the kernel refuses.
 ///
@@ -129,6 +298,7 @@ unsafe fn map(size: usize) -> *mut u8 {
         }
         // A hint: refused (THP off, an old kernel), the pages are 4 KiB.
         libc::madvise(block, pages(size), libc::MADV_HUGEPAGE);
+        request_populate(block.cast(), pages(size));
         block.cast()
     }
 }
@@ -147,6 +317,9 @@ unsafe fn remap(ptr: *mut u8, old: usize, new: usize) -> *mut u8 {
         let block = libc::mremap(ptr.cast(), pages(old), pages(new), libc::MREMAP_MAYMOVE);
         if block == libc::MAP_FAILED {
             return std::ptr::null_mut();
+        }
+        if new > old {
+            request_populate(block.cast::<u8>().add(pages(old)), pages(new) - pages(old));
         }
         block.cast()
     }
@@ -217,6 +390,74 @@ mod tests {
                 let first: Vec<u8> = (0..16).collect();
                 assert_eq!(std::slice::from_raw_parts(shrunk, 16), &first[..]);
                 a.dealloc(shrunk, Layout::from_size_align(64, 16).unwrap());
+            }
+        }
+    }
+
+    /// A thread that asked for it has its new large blocks, and the part a
+    /// growth adds, faulted in by the populator while it writes them; the
+    /// contents are never touched. Requests for blocks freed or moved
+    /// before their turn fail quietly, and a lapped ring loses requests,
+    /// never mixes two.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_populator_faults_blocks_in_and_leaves_their_contents() {
+        let a = HugePages;
+        start_populator();
+        populate_ahead_on_this_thread();
+        let resident = |ptr: *mut u8, len: usize| -> usize {
+            let mut vec = vec![0u8; len.div_ceil(PAGE)];
+            // SAFETY: a mapping of this process, page-aligned; `vec` has a
+            // byte per page.
+            let rc = unsafe { libc::mincore(ptr.cast(), len, vec.as_mut_ptr()) };
+            assert_eq!(rc, 0);
+            vec.iter().filter(|b| *b & 1 == 1).count()
+        };
+        let size = 3 * MAPPED_BYTES;
+        let layout = Layout::from_size_align(size, 16).unwrap();
+        // SAFETY: a non-zero layout; freed with it below.
+        unsafe {
+            // Freed at once: its request finds nothing to fault in.
+            let gone = a.alloc(layout);
+            a.dealloc(gone, layout);
+            let wait_resident = |block: *mut u8, len: usize| {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                while resident(block, len) < len / PAGE {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "{} of {} pages resident",
+                        resident(block, len),
+                        len / PAGE
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            };
+            let block = a.alloc(layout);
+            assert!(!block.is_null());
+            *block = 7;
+            *block.add(size - 1) = 9;
+            wait_resident(block, size);
+            // Grown (moved or not): the part added is faulted in too.
+            let grown_size = size + 2 * MAPPED_BYTES;
+            let block = a.realloc(block, layout, grown_size);
+            assert!(!block.is_null());
+            wait_resident(block, grown_size);
+            assert!(populated_bytes() >= grown_size as u64 - size as u64);
+            let bytes = std::slice::from_raw_parts(block, grown_size);
+            assert_eq!((bytes[0], bytes[size - 1]), (7, 9));
+            assert!(bytes[1..size - 1].iter().all(|&b| b == 0));
+            assert!(bytes[size..].iter().all(|&b| b == 0));
+            a.dealloc(block, Layout::from_size_align(grown_size, 16).unwrap());
+        }
+        // More requests than the ring holds, written at once: each one the
+        // populator reads is a range as requested (a block of this size).
+        for _ in 0..3 * RING {
+            request_populate(std::ptr::null_mut::<u8>().wrapping_add(PAGE), PAGE);
+        }
+        let claimed = RING_CLAIMED.load(Ordering::Acquire);
+        for n in claimed.saturating_sub(RING as u64)..claimed {
+            if let Request::Ready(start, len) = read_request(n) {
+                assert_eq!((start, len), (PAGE, PAGE));
             }
         }
     }

@@ -366,6 +366,9 @@ fn run(
     mut events: EventSink,
     stop: Arc<AtomicBool>,
 ) -> Node {
+    // The state's tables grow on this thread: their new pages are faulted
+    // in by the allocator's populator, not by the commands (`crate::alloc`).
+    crate::alloc::populate_ahead_on_this_thread();
     let sync_failed: Arc<OnceLock<String>> = Arc::new(OnceLock::new());
     let snapshot_busy = Arc::new(AtomicBool::new(false));
     let (snapshots, snapshot_rx) = crossbeam_channel::bounded::<replay::SnapshotJob>(1);
