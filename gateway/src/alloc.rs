@@ -244,11 +244,12 @@ fn populate_loop() {
 }
 
 /// Faults in `[start, start + len)` front to back; stops at the first
-/// failure (the block was unmapped or moved). Paced: after each step it
-/// sleeps as long as the step took, so that a growth of hundreds of MiB
-/// (a quarter of a second of kernel time here) takes at most half a core
-/// and leaves the other threads their turns on a small machine; the owner
-/// fills its table far more slowly than that.
+/// failure (the block was unmapped or moved). Paced, at most 2 MiB per
+/// `POPULATE_PACE` and at most half the time: a doubling table adds
+/// hundreds of MiB at once (a quarter of a second of kernel time here),
+/// which taken in one go starved the other threads of a small machine for
+/// that long; the owner fills its tables far more slowly (the order table
+/// some 10 MB/s at 50,000 orders a second).
 fn populate(start: usize, len: usize) {
     let mut at = 0;
     while at < len {
@@ -259,9 +260,12 @@ fn populate(start: usize, len: usize) {
         }
         POPULATED_BYTES.fetch_add(step as u64, Ordering::Relaxed);
         at += step;
-        std::thread::sleep(began.elapsed());
+        std::thread::sleep(began.elapsed().max(POPULATE_PACE));
     }
 }
+
+/// Time per 2 MiB step of the populator at least: 100 MiB/s.
+const POPULATE_PACE: std::time::Duration = std::time::Duration::from_millis(20);
 
 #[cfg(target_os = "linux")]
 fn populate_range(start: usize, len: usize) -> bool {
