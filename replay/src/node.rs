@@ -233,7 +233,13 @@ impl Node {
         // start from one.
         let journal_end = recovery.last_seq.unwrap_or(0);
         let set_aside = match &config.snapshot_dir {
-            Some(dir) => snapshots_past(dir, journal_end, truncate)?,
+            Some(dir) => {
+                // Snapshots a writer left half-written (killed with the
+                // venue): this node holds the journal's lock, so no writer
+                // of its snapshots is alive.
+                snapshot::remove_temporaries(dir);
+                snapshots_past(dir, journal_end, truncate)?
+            }
             None => Vec::new(),
         };
         // A snapshot holds the live state only: it may start the node only
@@ -402,9 +408,17 @@ impl Node {
         self.failed.is_some()
     }
 
-    /// A snapshot to write on another thread: a copy of the state now and
+    /// A snapshot to finish on another thread: the state as it is now, and
     /// the journal point that must be durable before the snapshot may
     /// exist. `None` without a snapshot folder.
+    ///
+    /// On Linux the state is not copied: a child process forked here
+    /// writes it from the copy-on-write image it was born with, under the
+    /// snapshot's temporary name, while this process goes on (a fork of a
+    /// state of a million orders takes about 2 ms; copying it took 70-550
+    /// ms of this thread). [`SnapshotJob::write`] waits for the child and
+    /// publishes the file. Where forking fails, or elsewhere, the state is
+    /// copied and written by the thread that calls `write`.
     pub fn snapshot_job(&mut self) -> Result<Option<SnapshotJob>, NodeError> {
         let Some(dir) = self.snapshot_dir.clone() else {
             return Ok(None);
@@ -413,9 +427,18 @@ impl Node {
             return Err(NodeError::Stopped(why.clone()));
         }
         let point = self.journal.sync_point()?;
+        let seq = self.state.last_seq;
+        let taken = match fork_writer(&dir, &mut self.state) {
+            Some(pid) => Taken::Forked {
+                pid,
+                temporary: snapshot::temporary_path(&dir, seq),
+            },
+            None => Taken::Copy(Box::new(self.state.clone())),
+        };
         Ok(Some(SnapshotJob {
             dir,
-            state: Box::new(self.state.clone()),
+            seq,
+            taken,
             point,
             history: self
                 .history
@@ -441,27 +464,175 @@ impl Node {
 /// A snapshot taken by [`Node::snapshot_job`], written by [`SnapshotJob::write`].
 pub struct SnapshotJob {
     dir: PathBuf,
-    state: Box<State>,
+    seq: u64,
+    taken: Taken,
     point: Option<SyncPoint>,
     /// The history store and the evictions it must hold first.
     history: Option<(Arc<History>, u64)>,
 }
 
+/// How the state of a snapshot was taken.
+enum Taken {
+    /// A copy, written by `SnapshotJob::write`.
+    Copy(Box<State>),
+    /// A child process writing it under `temporary`.
+    Forked {
+        pid: libc::pid_t,
+        temporary: PathBuf,
+    },
+}
+
 impl SnapshotJob {
     /// The seq the snapshot holds.
     pub fn seq(&self) -> u64 {
-        self.state.last_seq
+        self.seq
     }
 
-    /// Syncs the journal up to the snapshot's seq, then writes the
-    /// snapshot (checksummed, under a temporary name, renamed into place).
-    pub fn write(mut self) -> Result<PathBuf, NodeError> {
-        if let Some(point) = &self.point {
-            point.sync()?;
+    /// Writes the snapshot (checksummed, under a temporary name), or waits
+    /// for the child writing it; syncs the journal up to the snapshot's seq
+    /// and the history store; then renames the file into place. A snapshot
+    /// therefore never exists before what it holds is durable.
+    pub fn write(self) -> Result<PathBuf, NodeError> {
+        let SnapshotJob {
+            dir,
+            seq,
+            taken,
+            point,
+            history,
+        } = self;
+        let temporary = match taken {
+            Taken::Copy(mut state) => {
+                snapshot::write_temporary(&dir, &mut state, snapshot::SECTION_ITEMS)?
+            }
+            Taken::Forked { pid, temporary } => {
+                if let Err(why) = wait_writer(pid) {
+                    let _ = std::fs::remove_file(&temporary);
+                    return Err(NodeError::Snapshot(snapshot::SnapshotError::Writer {
+                        seq,
+                        reason: why,
+                    }));
+                }
+                temporary
+            }
+        };
+        let published = (|| {
+            if let Some(point) = &point {
+                point.sync()?;
+            }
+            if let Some((store, sent)) = &history {
+                sync_history(store, *sent, seq)?;
+            }
+            Ok(snapshot::publish(&dir, &temporary, seq)?)
+        })();
+        if published.is_err() {
+            let _ = std::fs::remove_file(&temporary);
         }
-        if let Some((store, sent)) = &self.history {
-            sync_history(store, *sent, self.state.last_seq)?;
+        published
+    }
+}
+
+/// Forks a child that writes `state` as a snapshot under its temporary
+/// name in `dir` and exits (0 when written and synced); returns its pid,
+/// or `None` when there is no fork (not Linux, or the kernel refused).
+#[cfg(target_os = "linux")]
+fn fork_writer(dir: &std::path::Path, state: &mut State) -> Option<libc::pid_t> {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the child runs only `child_write` and then `_exit`: no
+    // return into the caller, no unwinding out of it, no thread of the
+    // parent's needed (it takes no lock another thread may have held at
+    // the fork: glibc's allocator is ready for use in a forked child, and
+    // the child writes no log). The parent only gets a pid.
+    match unsafe { libc::fork() } {
+        -1 => None,
+        0 => child_write(parent, dir, state),
+        pid => Some(pid),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn fork_writer(_: &std::path::Path, _: &mut State) -> Option<i32> {
+    None
+}
+
+/// The forked snapshot writer: dies with the venue (it must not hold the
+/// journal's lock, the listening sockets or a half-written file past it),
+/// closes every file it inherited, writes, exits.
+#[cfg(target_os = "linux")]
+fn child_write(parent: libc::pid_t, dir: &std::path::Path, state: &mut State) -> ! {
+    // SAFETY: plain system calls on this process; `_exit` ends it without
+    // running the parent's atexit handlers or destructors.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::getppid() != parent {
+            libc::_exit(3);
         }
-        Ok(snapshot::write(&self.dir, &mut self.state)?)
+        // Every descriptor past stderr: the journal's lock among them.
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+    }
+    // Nothing printed: a thread of the parent may have held stderr's lock
+    // at the fork, and the exit code says what happened.
+    std::panic::set_hook(Box::new(|_| {}));
+    let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        snapshot::write_temporary(dir, state, snapshot::SECTION_ITEMS).is_ok()
+    }));
+    let code = match written {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(_) => 2,
+    };
+    // SAFETY: see above.
+    unsafe { libc::_exit(code) }
+}
+
+/// Longest a forked writer may take before it is killed (a snapshot of
+/// gigabytes takes seconds; a writer stuck for good must not hold up the
+/// next snapshots and the shutdown for ever).
+const WRITER_MAX: Duration = Duration::from_secs(600);
+
+/// Waits for a forked writer; `Err` says how it ended when not with 0.
+fn wait_writer(pid: libc::pid_t) -> Result<(), String> {
+    let mut status = 0;
+    let started = std::time::Instant::now();
+    let mut killed = false;
+    loop {
+        // SAFETY: `pid` is a child of this process not waited for yet.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if rc == pid {
+            break;
+        }
+        if rc == -1 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(format!("waiting for the writer process {pid}: {e}"));
+            }
+        }
+        if !killed && started.elapsed() > WRITER_MAX {
+            // SAFETY: `pid` is our child, not yet reaped, so not reused.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed = true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if killed {
+        return Err(format!(
+            "the writer process took more than {} s and was killed",
+            WRITER_MAX.as_secs()
+        ));
+    }
+    if libc::WIFEXITED(status) {
+        match libc::WEXITSTATUS(status) {
+            0 => Ok(()),
+            1 => Err("the writer process could not write or sync the file".into()),
+            2 => Err("the writer process failed while encoding".into()),
+            code => Err(format!("the writer process exited with {code}")),
+        }
+    } else if libc::WIFSIGNALED(status) {
+        Err(format!(
+            "the writer process was killed by signal {}",
+            libc::WTERMSIG(status)
+        ))
+    } else {
+        Err(format!("the writer process ended with status {status}"))
     }
 }

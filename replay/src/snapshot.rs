@@ -52,6 +52,8 @@ pub enum SnapshotError {
     Damaged { path: PathBuf, reason: String },
     #[error("snapshot at seq {seq} could not be encoded: {reason}")]
     Encode { seq: u64, reason: String },
+    #[error("snapshot at seq {seq} was not written: {reason}")]
+    Writer { seq: u64, reason: String },
 }
 
 /// The file name of the snapshot as of `seq`.
@@ -63,18 +65,59 @@ pub fn file_name(seq: u64) -> String {
 /// and fill lists are taken out of `state` while the rest is encoded and
 /// put back before this returns, whatever happens.
 pub fn write(dir: &Path, state: &mut State) -> Result<PathBuf, SnapshotError> {
-    write_sectioned(dir, state, SECTION_ITEMS)
+    let temporary = write_temporary(dir, state, SECTION_ITEMS)?;
+    publish(dir, &temporary, state.last_seq)
 }
 
-fn write_sectioned(
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError {
+    let path = path.to_path_buf();
+    move |source| SnapshotError::Io { path, source }
+}
+
+/// Where a snapshot of `seq` is written before it is renamed into place.
+pub(crate) fn temporary_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{}{TEMPORARY_SUFFIX}", file_name(seq)))
+}
+
+const TEMPORARY_SUFFIX: &str = ".tmp";
+
+/// Removes snapshots left under their temporary name (a writer killed
+/// with the venue); only the journal's one writer may call it. Returns
+/// how many it removed.
+pub(crate) fn remove_temporaries(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|name| name.ends_with(&format!(".snap{TEMPORARY_SUFFIX}")))
+        })
+        .filter(|e| fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
+/// Renames a snapshot written by `write_temporary` into place and makes
+/// the name durable: from then on it is a snapshot.
+pub(crate) fn publish(dir: &Path, temporary: &Path, seq: u64) -> Result<PathBuf, SnapshotError> {
+    let path = dir.join(file_name(seq));
+    fs::rename(temporary, &path).map_err(io(&path))?;
+    if let Ok(d) = fs::File::open(dir) {
+        // Makes the rename durable; a failure here loses only the snapshot.
+        let _ = d.sync_all();
+    }
+    Ok(path)
+}
+
+/// Writes the snapshot under its temporary name and syncs it; returns
+/// that name.
+pub(crate) fn write_temporary(
     dir: &Path,
     state: &mut State,
     per_section: usize,
 ) -> Result<PathBuf, SnapshotError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| SnapshotError::Io { path, source }
-    };
     fs::create_dir_all(dir).map_err(io(dir))?;
     let mut orders = state.orders.take_items();
     let mut fills = state.fills.take_items();
@@ -93,18 +136,12 @@ fn write_sectioned(
     header[12..16].copy_from_slice(&crc32fast::hash(&payload).to_le_bytes());
     header[16..24].copy_from_slice(&state.last_seq.to_le_bytes());
     header[24..32].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-    let path = dir.join(file_name(state.last_seq));
-    let temporary = dir.join(format!("{}.tmp", file_name(state.last_seq)));
+    let temporary = temporary_path(dir, state.last_seq);
     let mut file = fs::File::create(&temporary).map_err(io(&temporary))?;
     file.write_all(&header).map_err(io(&temporary))?;
     file.write_all(&payload).map_err(io(&temporary))?;
     file.sync_all().map_err(io(&temporary))?;
-    fs::rename(&temporary, &path).map_err(io(&path))?;
-    if let Ok(d) = fs::File::open(dir) {
-        // Makes the rename durable; a failure here loses only the snapshot.
-        let _ = d.sync_all();
-    }
-    Ok(path)
+    Ok(temporary)
 }
 
 /// The payload: the shell (a state whose order and fill lists are
@@ -465,7 +502,10 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let mut state = history(orders, fills);
             let before = state.clone();
-            let path = write_sectioned(dir.path(), &mut state, per_section).unwrap();
+            let temporary = write_temporary(dir.path(), &mut state, per_section).unwrap();
+            assert!(list(dir.path()).is_empty(), "not a snapshot before publish");
+            let path = publish(dir.path(), &temporary, state.last_seq).unwrap();
+            assert_eq!(list(dir.path()), vec![(state.last_seq, path.clone())]);
             assert_eq!(state, before, "write leaves the state as it was");
             assert_eq!(
                 load(&path).unwrap(),
