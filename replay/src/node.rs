@@ -429,10 +429,11 @@ impl Node {
         let point = self.journal.sync_point()?;
         let seq = self.state.last_seq;
         let taken = match fork_writer(&dir, &mut self.state) {
-            Some(pid) => Taken::Forked {
+            Some(pid) => Taken::Forked(ForkedWriter {
                 pid,
                 temporary: snapshot::temporary_path(&dir, seq),
-            },
+                reaped: false,
+            }),
             None => Taken::Copy(Box::new(self.state.clone())),
         };
         Ok(Some(SnapshotJob {
@@ -475,11 +476,43 @@ pub struct SnapshotJob {
 enum Taken {
     /// A copy, written by `SnapshotJob::write`.
     Copy(Box<State>),
-    /// A child process writing it under `temporary`.
-    Forked {
-        pid: libc::pid_t,
-        temporary: PathBuf,
-    },
+    /// A child process writing it.
+    Forked(ForkedWriter),
+}
+
+/// A forked snapshot writer not yet waited for. Dropped before
+/// `SnapshotJob::write` waited for it (the job was never handed to the
+/// snapshot thread), it is killed and reaped, and its file removed: no
+/// zombie, no half-written file.
+struct ForkedWriter {
+    pid: libc::pid_t,
+    temporary: PathBuf,
+    reaped: bool,
+}
+
+impl ForkedWriter {
+    /// Waits for the writer; its file is kept only if it succeeded.
+    fn wait(mut self) -> Result<PathBuf, String> {
+        self.reaped = true;
+        match wait_writer(self.pid) {
+            Ok(()) => Ok(std::mem::take(&mut self.temporary)),
+            Err(why) => {
+                let _ = std::fs::remove_file(&self.temporary);
+                Err(why)
+            }
+        }
+    }
+}
+
+impl Drop for ForkedWriter {
+    fn drop(&mut self) {
+        if !self.reaped {
+            // SAFETY: `pid` is our child, not yet reaped, so not reused.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            let _ = wait_writer(self.pid);
+            let _ = std::fs::remove_file(&self.temporary);
+        }
+    }
 }
 
 impl SnapshotJob {
@@ -504,16 +537,9 @@ impl SnapshotJob {
             Taken::Copy(mut state) => {
                 snapshot::write_temporary(&dir, &mut state, snapshot::SECTION_ITEMS)?
             }
-            Taken::Forked { pid, temporary } => {
-                if let Err(why) = wait_writer(pid) {
-                    let _ = std::fs::remove_file(&temporary);
-                    return Err(NodeError::Snapshot(snapshot::SnapshotError::Writer {
-                        seq,
-                        reason: why,
-                    }));
-                }
-                temporary
-            }
+            Taken::Forked(writer) => writer.wait().map_err(|reason| {
+                NodeError::Snapshot(snapshot::SnapshotError::Writer { seq, reason })
+            })?,
         };
         let published = (|| {
             if let Some(point) = &point {

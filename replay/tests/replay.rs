@@ -397,6 +397,12 @@ fn a_snapshot_job_holds_the_state_it_was_taken_at() {
     let loaded = snapshot::load(&path).unwrap();
     assert_eq!(loaded.state_hash(), taken.state_hash());
     assert_eq!(loaded, taken);
+
+    // A job never written (the snapshot thread gone): its writer is
+    // stopped and its file removed, no snapshot appears.
+    let before = std::fs::read_dir(&snapshots).unwrap().count();
+    drop(node.snapshot_job().unwrap().unwrap());
+    assert_eq!(std::fs::read_dir(&snapshots).unwrap().count(), before);
     drop(node);
 
     // A writer that cannot write: the folder is a file now.

@@ -143,9 +143,13 @@ pub fn venue_config(data_dir: &Path, durability: DurabilityPolicy) -> ServerConf
         admin_listen: "127.0.0.1:0".parse().expect("address"),
         data_dir: data_dir.to_path_buf(),
         durability,
-        // Only at shutdown: a snapshot of a growing state in the middle of
-        // a timed phase would stall the sequencer for its duration.
-        snapshot_every: 0,
+        // Only at shutdown unless asked: a snapshot in the middle of a
+        // timed phase costs the commands of its time their copy-on-write
+        // faults (`UPDOWN_BENCH_REST_SNAPSHOT_EVERY` to measure it).
+        snapshot_every: std::env::var("UPDOWN_BENCH_REST_SNAPSHOT_EVERY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
         account_risk_cap_usd: CAP_USD,
         orders_per_second: 1_000_000_000,
         orders_burst: 1_000_000_000,
