@@ -20,6 +20,18 @@
 #[global_allocator]
 static ALLOC: gateway::alloc::HugePages = gateway::alloc::HugePages;
 
+/// Runs this thread as the venue runs its sequencer thread: the pages of
+/// its new large blocks faulted in ahead by the allocator's `populate`
+/// thread (`gateway::alloc`). Every benchmark binary calls it first, so all
+/// its engines (the reference's too) run on that thread alike.
+/// `UPDOWN_BENCH_POPULATE=0` leaves it off, to measure without it.
+pub fn venue_memory() {
+    if std::env::var("UPDOWN_BENCH_POPULATE").as_deref() != Ok("0") {
+        gateway::alloc::start_populator();
+        gateway::alloc::populate_ahead_on_this_thread();
+    }
+}
+
 pub mod clock;
 pub mod engines;
 pub mod flow;

@@ -85,6 +85,16 @@ struct ServeArgs {
 
 fn main() {
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Top::Serve(_) | Top::Replay(_) | Top::Snapshot(_) | Top::Journal(_)
+    ) {
+        // This thread replays journals (the venue's start, the auditors'
+        // tools): its growing state is faulted in ahead, as the sequencer
+        // thread's is (`gateway::alloc`).
+        gateway::alloc::start_populator();
+        gateway::alloc::populate_ahead_on_this_thread();
+    }
     let result = match cli.command {
         Top::Serve(args) => serve(args),
         Top::Admin(args) => admin::run(args),

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    benches::venue_memory();
     let config = match benches::report::BenchConfig::from_env() {
         Ok(config) => config,
         Err(why) => {

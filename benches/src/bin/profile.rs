@@ -14,6 +14,7 @@ use benches::report::BenchConfig;
 use journal::Durability;
 
 fn main() -> ExitCode {
+    benches::venue_memory();
     let config = match BenchConfig::from_env() {
         Ok(config) => config,
         Err(why) => {

@@ -12,6 +12,7 @@ mod replayb;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    benches::venue_memory();
     let config = match replayb::Config::from_env() {
         Ok(config) => config,
         Err(why) => {
