@@ -31,9 +31,13 @@
 //! queued for the `populate` thread (`start_populator`), which faults the
 //! pages in with `MADV_POPULATE_WRITE`, front to back, while the owner
 //! still fills the front. It never reads or writes the memory, so it
-//! cannot race with the owner; a block unmapped or moved meanwhile makes
-//! the call fail, which ends that request. Cost: a growing table's spare
-//! capacity is resident at once (at most the size of the part in use).
+//! cannot race with the owner. A block unmapped or moved meanwhile makes
+//! the call fail, which ends that request, unless a later mapping took
+//! the same addresses: then that memory is faulted in, which costs only
+//! resident memory (the venue's other large mappings, the journal's
+//! segments, are preallocated and populated already). Cost: a growing
+//! table's spare capacity is resident at once (at most the size of the
+//! part in use).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -227,6 +231,7 @@ const POPULATE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 fn populate_loop() {
     let mut next = 0u64;
+    let mut pending_polls = 0;
     loop {
         std::thread::sleep(POPULATE_POLL);
         let claimed = RING_CLAIMED.load(Ordering::Acquire);
@@ -235,9 +240,16 @@ fn populate_loop() {
         while next < claimed {
             match read_request(next) {
                 Request::Ready(start, len) => populate(start, len),
-                Request::Pending => break,
-                Request::Lost => {}
+                // A claim is written within nanoseconds: one still not
+                // written a poll later lost its slot to a race of two
+                // writers, and waiting on it would stop the populator.
+                Request::Pending if pending_polls < 2 => {
+                    pending_polls += 1;
+                    break;
+                }
+                Request::Pending | Request::Lost => {}
             }
+            pending_polls = 0;
             next += 1;
         }
     }

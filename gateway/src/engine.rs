@@ -692,10 +692,12 @@ impl Loop {
         }
     }
 
-    /// Every `snapshot_every` commands, a copy of the state goes to the
-    /// snapshot thread, which syncs the journal up to it and writes it: the
-    /// sequencer pays for the copy only, never for the encoding or the disk.
-    /// While one is being written the next waits.
+    /// Every `snapshot_every` commands a snapshot job is taken (a forked
+    /// child writing the state as it is, `replay::Node::snapshot_job`) and
+    /// handed to the snapshot thread, which waits for it, syncs the journal
+    /// up to its seq and publishes it: the sequencer pays for the fork and
+    /// the copy-on-write faults of the child's lifetime, never for the
+    /// encoding or the disk. While one is being written the next waits.
     fn maybe_snapshot(&mut self) {
         let every = self.settings.snapshot_every;
         let seq = self.node.state().last_seq;

@@ -418,7 +418,10 @@ impl Node {
     /// state of a million orders takes about 2 ms; copying it took 70-550
     /// ms of this thread). [`SnapshotJob::write`] waits for the child and
     /// publishes the file. Where forking fails, or elsewhere, the state is
-    /// copied and written by the thread that calls `write`.
+    /// copied and written by the thread that calls `write`. The child is
+    /// killed if the thread calling this ends before the job is written
+    /// (Linux's parent-death signal follows the forking thread): call it
+    /// on a thread that outlives the job, as the sequencer's does.
     pub fn snapshot_job(&mut self) -> Result<Option<SnapshotJob>, NodeError> {
         let Some(dir) = self.snapshot_dir.clone() else {
             return Ok(None);
@@ -564,11 +567,14 @@ impl SnapshotJob {
 fn fork_writer(dir: &std::path::Path, state: &mut State) -> Option<libc::pid_t> {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
+    quiet_in_writer();
     // SAFETY: the child runs only `child_write` and then `_exit`: no
     // return into the caller, no unwinding out of it, no thread of the
-    // parent's needed (it takes no lock another thread may have held at
-    // the fork: glibc's allocator is ready for use in a forked child, and
-    // the child writes no log). The parent only gets a pid.
+    // parent's needed. It takes no lock another thread may have held at
+    // the fork: glibc's allocator is ready for use in a forked child, the
+    // child writes no log, and a panic in it prints nothing (the hook
+    // installed by `quiet_in_writer` returns at once there). The parent
+    // only gets a pid.
     match unsafe { libc::fork() } {
         -1 => None,
         0 => child_write(parent, dir, state),
@@ -581,11 +587,36 @@ fn fork_writer(_: &std::path::Path, _: &mut State) -> Option<i32> {
     None
 }
 
-/// The forked snapshot writer: dies with the venue (it must not hold the
-/// journal's lock, the listening sockets or a half-written file past it),
-/// closes every file it inherited, writes, exits.
+/// Set in a forked snapshot writer: its panics print nothing.
+#[cfg(target_os = "linux")]
+static IN_WRITER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Installs, once and in the parent, a panic hook that stays silent in a
+/// forked writer (a thread of the parent may have held stderr's lock at
+/// the fork; the exit code says what happened) and otherwise calls the
+/// hook it replaced. Installing it in the child instead would take the
+/// hook's lock, which a parent thread panicking at the fork would hold.
+#[cfg(target_os = "linux")]
+fn quiet_in_writer() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_WRITER.load(std::sync::atomic::Ordering::Relaxed) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// The forked snapshot writer: dies with the thread that forked it (the
+/// sequencer's, which outlives every snapshot job; it must not hold the
+/// journal's lock, the listening sockets or a half-written file past the
+/// venue), closes every file it inherited, writes, exits. The
+/// out-of-memory killer picks it first.
 #[cfg(target_os = "linux")]
 fn child_write(parent: libc::pid_t, dir: &std::path::Path, state: &mut State) -> ! {
+    IN_WRITER.store(true, std::sync::atomic::Ordering::Relaxed);
     // SAFETY: plain system calls on this process; `_exit` ends it without
     // running the parent's atexit handlers or destructors.
     unsafe {
@@ -593,12 +624,21 @@ fn child_write(parent: libc::pid_t, dir: &std::path::Path, state: &mut State) ->
         if libc::getppid() != parent {
             libc::_exit(3);
         }
-        // Every descriptor past stderr: the journal's lock among them.
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+        // Every descriptor past stderr: the journal's lock among them
+        // (one by one before Linux 5.9).
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
+            let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(1024, 1 << 20) as libc::c_int;
+            for fd in 3..max {
+                libc::close(fd);
+            }
+        }
+        let adj = b"1000";
+        let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
+        if fd >= 0 {
+            libc::write(fd, adj.as_ptr().cast(), adj.len());
+            libc::close(fd);
+        }
     }
-    // Nothing printed: a thread of the parent may have held stderr's lock
-    // at the fork, and the exit code says what happened.
-    std::panic::set_hook(Box::new(|_| {}));
     let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         snapshot::write_temporary(dir, state, snapshot::SECTION_ITEMS).is_ok()
     }));
