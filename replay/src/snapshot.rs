@@ -119,16 +119,19 @@ pub(crate) fn write_temporary(
     per_section: usize,
 ) -> Result<PathBuf, SnapshotError> {
     fs::create_dir_all(dir).map_err(io(dir))?;
-    let mut orders = state.orders.take_items();
-    let mut fills = state.fills.take_items();
+    // Encoded in place: a wrapped deque is read as its two slices (a
+    // forked writer would otherwise copy the pages it rotates), and the
+    // lists go back by a move.
+    let orders = state.orders.take_items();
+    let fills = state.fills.take_items();
     let encoded = encode_sections(
         state,
-        orders.make_contiguous(),
-        fills.make_contiguous(),
+        <[&[Order]; 2]>::from(orders.as_slices()),
+        <[&[Fill]; 2]>::from(fills.as_slices()),
         per_section,
     );
-    state.orders.extend_items(orders);
-    state.fills.extend_items(fills);
+    state.orders.put_back_items(orders);
+    state.fills.put_back_items(fills);
     let payload = encoded?;
     let mut header = [0u8; HEADER_LEN];
     header[..8].copy_from_slice(MAGIC);
@@ -148,8 +151,8 @@ pub(crate) fn write_temporary(
 /// empty), then the orders and the fills, section by section.
 fn encode_sections(
     shell: &State,
-    orders: &[Order],
-    fills: &[Fill],
+    orders: [&[Order]; 2],
+    fills: [&[Fill]; 2],
     per_section: usize,
 ) -> Result<Vec<u8>, SnapshotError> {
     let seq = shell.last_seq;
@@ -157,12 +160,12 @@ fn encode_sections(
     append_section(&mut payload, SECTION_SHELL, seq, || {
         rkyv::to_bytes::<RkyvError>(shell)
     })?;
-    for chunk in orders.chunks(per_section) {
+    for chunk in orders.iter().flat_map(|part| part.chunks(per_section)) {
         append_section(&mut payload, SECTION_ORDERS, seq, || {
             rkyv::to_bytes::<RkyvError>(&chunk.to_vec())
         })?;
     }
-    for chunk in fills.chunks(per_section) {
+    for chunk in fills.iter().flat_map(|part| part.chunks(per_section)) {
         append_section(&mut payload, SECTION_FILLS, seq, || {
             rkyv::to_bytes::<RkyvError>(&chunk.to_vec())
         })?;
@@ -495,6 +498,44 @@ mod tests {
 
     /// Orders and fills in many sections, and in none: read back whole and
     /// in order, and the state given to `write` is left as it was.
+    #[test]
+    fn sections_hold_the_history_in_order_even_from_a_wrapped_deque() {
+        for (orders, fills, per_section) in [(10, 7, 3), (9, 9, 100)] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut state = history(orders, fills);
+            // The same lists, held in deques whose storage wraps around.
+            fn wrap<T: Copy>(
+                items: std::collections::VecDeque<T>,
+            ) -> std::collections::VecDeque<T> {
+                // One placeholder stays in front while the rest drains, so
+                // the deque never empties (which would move it back to the
+                // start of its storage), and goes last.
+                let mut wrapped = std::collections::VecDeque::with_capacity(items.len() + 1);
+                let spare = wrapped.capacity() - 3;
+                for item in items.iter().take(1).cycle().take(spare + 1) {
+                    wrapped.push_back(*item);
+                }
+                wrapped.drain(..spare);
+                wrapped.extend(items);
+                wrapped.pop_front();
+                assert!(!wrapped.as_slices().1.is_empty(), "wraps");
+                wrapped
+            }
+            let taken = state.orders.take_items();
+            state.orders.put_back_items(wrap(taken));
+            let taken = state.fills.take_items();
+            state.fills.put_back_items(wrap(taken));
+            let before = state.clone();
+            let path = write(dir.path(), &mut state).unwrap();
+            assert_eq!(state, before, "write leaves the state as it was");
+            assert_eq!(
+                load(&path).unwrap(),
+                before,
+                "{orders} orders, {fills} fills"
+            );
+        }
+    }
+
     #[test]
     fn sections_hold_the_history_in_order() {
         for (orders, fills, per_section) in [(10, 7, 3), (6, 0, 2), (0, 5, 5), (0, 0, 4), (1, 1, 1)]

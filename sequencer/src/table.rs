@@ -128,6 +128,16 @@ impl<T, const FIRST: u64> Table<T, FIRST> {
         self.items.extend(items);
     }
 
+    /// Puts the deque `take_items` took back as it is: no copy when
+    /// nothing was pushed meanwhile (else appended).
+    pub fn put_back_items(&mut self, items: VecDeque<T>) {
+        if self.items.is_empty() {
+            self.items = items;
+        } else {
+            self.items.extend(items);
+        }
+    }
+
     /// True when the deque holds no record (kept ones aside).
     pub fn items_empty(&self) -> bool {
         self.items.is_empty()
