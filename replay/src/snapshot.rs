@@ -526,7 +526,8 @@ mod tests {
             let taken = state.fills.take_items();
             state.fills.put_back_items(wrap(taken));
             let before = state.clone();
-            let path = write(dir.path(), &mut state).unwrap();
+            let temporary = write_temporary(dir.path(), &mut state, per_section).unwrap();
+            let path = publish(dir.path(), &temporary, state.last_seq).unwrap();
             assert_eq!(state, before, "write leaves the state as it was");
             assert_eq!(
                 load(&path).unwrap(),
