@@ -27,7 +27,6 @@ static ALLOC: gateway::alloc::HugePages = gateway::alloc::HugePages;
 /// `UPDOWN_BENCH_POPULATE=0` leaves it off, to measure without it.
 pub fn venue_memory() {
     if std::env::var("UPDOWN_BENCH_POPULATE").as_deref() != Ok("0") {
-        gateway::alloc::start_populator();
         gateway::alloc::populate_ahead_on_this_thread();
     }
 }

@@ -28,7 +28,7 @@
 //! (its order table alone takes a new huge page every 11,000 orders). A
 //! thread that asks for it (`populate_ahead_on_this_thread`, the
 //! sequencer's) has each large block it maps, and each part a growth adds,
-//! queued for the `populate` thread (`start_populator`), which faults the
+//! queued for the `populate` thread (started then), which faults the
 //! pages in with `MADV_POPULATE_WRITE`, front to back, while the owner
 //! still fills the front. It never reads or writes the memory, so it
 //! cannot race with the owner. A block unmapped or moved meanwhile makes
@@ -150,8 +150,10 @@ static POPULATOR: AtomicBool = AtomicBool::new(false);
 static POPULATED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Queues the pages of new large blocks made or grown on this thread for
-/// the populator (see the module comment). For the sequencer's thread.
+/// the populator (see the module comment), starting it if it is not yet
+/// running. For the sequencer's thread and the threads that replay.
 pub fn populate_ahead_on_this_thread() {
+    start_populator();
     POPULATE_AHEAD.with(|on| on.set(true));
 }
 
@@ -163,7 +165,7 @@ pub fn populated_bytes() -> u64 {
 /// Starts the `populate` thread, once per process (later calls do nothing).
 /// Only on Linux, where `MADV_POPULATE_WRITE` exists (5.14 and later; on
 /// an older kernel the calls fail and the pages fault as before).
-pub fn start_populator() {
+fn start_populator() {
     if !cfg!(target_os = "linux") || POPULATOR.swap(true, Ordering::SeqCst) {
         return;
     }
@@ -419,7 +421,6 @@ mod tests {
     #[test]
     fn the_populator_faults_blocks_in_and_leaves_their_contents() {
         let a = HugePages;
-        start_populator();
         populate_ahead_on_this_thread();
         let resident = |ptr: *mut u8, len: usize| -> usize {
             let mut vec = vec![0u8; len.div_ceil(PAGE)];

@@ -265,7 +265,6 @@ impl Server {
             queue_capacity: config.ws_queue_capacity.max(1),
             ping_interval: Duration::from_millis(config.ws_ping_interval_ms.max(10)),
         });
-        crate::alloc::start_populator();
         let engine = Engine::start(node, settings, metrics, failures, events);
         let submitter = engine.submitter.clone();
 

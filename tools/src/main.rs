@@ -92,7 +92,6 @@ fn main() {
         // This thread replays journals (the venue's start, the auditors'
         // tools): its growing state is faulted in ahead, as the sequencer
         // thread's is (`gateway::alloc`).
-        gateway::alloc::start_populator();
         gateway::alloc::populate_ahead_on_this_thread();
     }
     let result = match cli.command {
