@@ -971,19 +971,25 @@ fn windows_are_listed_ahead_with_tickers_in_the_spec_pattern() {
     }
 }
 
-#[test]
-fn a_window_with_no_earlier_print_opens_on_the_first_print_after_it() {
-    let mut v = Venue::empty();
+/// Configures `v` and lists an AAPL series `ticker`, without fees, with no
+/// price printed yet: its windows wait for their first print.
+fn list_unpriced_series(v: &mut Venue, ticker: &str, list_ahead: u32) {
     v.ok(Command::Configure(VenueConfig::default()));
     v.ok(Command::CreateSeries(SeriesConfig {
-        ticker: "late".into(),
+        ticker: ticker.into(),
         symbol: "AAPL".into(),
         window_ms: WINDOW_MS,
-        list_ahead: 0,
+        list_ahead,
         taker_fee_bps: 0,
         maker_fee_bps: 0,
         market_cap_cents: 1_000_00,
     }));
+}
+
+#[test]
+fn a_window_with_no_earlier_print_opens_on_the_first_print_after_it() {
+    let mut v = Venue::empty();
+    list_unpriced_series(&mut v, "late", 0);
     let market = v.state.series_by_ticker("late").unwrap().markets[0] as usize;
     assert_eq!(v.state.markets[market].status, MarketStatus::Scheduled);
     v.now += 1_000;
@@ -1001,16 +1007,7 @@ fn a_window_with_no_earlier_print_opens_on_the_first_print_after_it() {
 #[test]
 fn the_price_to_beat_is_the_last_print_before_the_open_even_when_it_arrives_late() {
     let mut v = Venue::empty();
-    v.ok(Command::Configure(VenueConfig::default()));
-    v.ok(Command::CreateSeries(SeriesConfig {
-        ticker: "beat".into(),
-        symbol: "AAPL".into(),
-        window_ms: WINDOW_MS,
-        list_ahead: 1,
-        taker_fee_bps: 0,
-        maker_fee_bps: 0,
-        market_cap_cents: 1_000_00,
-    }));
+    list_unpriced_series(&mut v, "beat", 1);
     let next = v.state.series_by_ticker("beat").unwrap().markets[1] as usize;
     let open = v.state.markets[next].open_ts_ms;
     assert_eq!(open, T0 + WINDOW_MS);
@@ -1045,16 +1042,7 @@ fn the_price_to_beat_is_the_last_print_before_the_open_even_when_it_arrives_late
 fn journals_from_before_versioned_rules_replay_under_their_rules() {
     let mut v = Venue::unversioned();
     assert_eq!(v.state.rules, 0);
-    v.ok(Command::Configure(VenueConfig::default()));
-    v.ok(Command::CreateSeries(SeriesConfig {
-        ticker: "old".into(),
-        symbol: "AAPL".into(),
-        window_ms: WINDOW_MS,
-        list_ahead: 1,
-        taker_fee_bps: 0,
-        maker_fee_bps: 0,
-        market_cap_cents: 1_000_00,
-    }));
+    list_unpriced_series(&mut v, "old", 1);
     let next = v.state.series_by_ticker("old").unwrap().markets[1] as usize;
     v.now = T0 + WINDOW_MS - 1_000;
     v.ok(Venue::print_of("AAPL", 100, v.now));

@@ -35,6 +35,11 @@ fn json_lines(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The seqs of JSON journal lines, in order.
+fn seqs(lines: &[Value]) -> Vec<u64> {
+    lines.iter().map(|l| l["seq"].as_u64().unwrap()).collect()
+}
+
 fn json_one(text: &str) -> Value {
     let lines = json_lines(text);
     assert_eq!(lines.len(), 1, "{text}");
@@ -427,13 +432,7 @@ fn simulated_journal_every_subcommand() {
         "--to-seq",
         "9009",
     ]));
-    assert_eq!(
-        ranged
-            .iter()
-            .map(|l| l["seq"].as_u64().unwrap())
-            .collect::<Vec<_>>(),
-        (9000..=9009).collect::<Vec<_>>()
-    );
+    assert_eq!(seqs(&ranged), (9000..=9009).collect::<Vec<_>>());
     // An order id: its placement comes first, every record names it.
     let order_id = placed["result"]["order"]["order_id"].as_str().unwrap();
     let about = json_lines(&updown_ok(&[
@@ -725,12 +724,7 @@ fn simulated_journal_every_subcommand() {
         d,
         "--json",
     ]));
-    assert_eq!(
-        tail.iter()
-            .map(|l| l["seq"].as_u64().unwrap())
-            .collect::<Vec<_>>(),
-        vec![total - 2, total - 1, total]
-    );
+    assert_eq!(seqs(&tail), vec![total - 2, total - 1, total]);
     let tail = updown_ok(&[
         "journal",
         "tail",
@@ -755,12 +749,7 @@ fn simulated_journal_every_subcommand() {
         d,
         "--json",
     ]));
-    assert_eq!(
-        tail.iter()
-            .map(|l| l["seq"].as_u64().unwrap())
-            .collect::<Vec<_>>(),
-        vec![38, 39, 40]
-    );
+    assert_eq!(seqs(&tail), vec![38, 39, 40]);
     let mut follower = Killed(
         Command::new(BIN)
             .args([
