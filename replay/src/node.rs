@@ -497,7 +497,7 @@ impl ForkedWriter {
     /// Waits for the writer; its file is kept only if it succeeded.
     fn wait(mut self) -> Result<PathBuf, String> {
         self.reaped = true;
-        match wait_writer(self.pid) {
+        match wait_writer(self.pid, WRITER_MAX) {
             Ok(()) => Ok(std::mem::take(&mut self.temporary)),
             Err(why) => {
                 let _ = std::fs::remove_file(&self.temporary);
@@ -512,7 +512,7 @@ impl Drop for ForkedWriter {
         if !self.reaped {
             // SAFETY: `pid` is our child, not yet reaped, so not reused.
             unsafe { libc::kill(self.pid, libc::SIGKILL) };
-            let _ = wait_writer(self.pid);
+            let _ = wait_writer(self.pid, WRITER_MAX);
             let _ = std::fs::remove_file(&self.temporary);
         }
     }
@@ -656,8 +656,9 @@ fn child_write(parent: libc::pid_t, dir: &std::path::Path, state: &mut State) ->
 /// next snapshots and the shutdown for ever).
 const WRITER_MAX: Duration = Duration::from_secs(600);
 
-/// Waits for a forked writer; `Err` says how it ended when not with 0.
-fn wait_writer(pid: libc::pid_t) -> Result<(), String> {
+/// Waits for a forked writer, killing it once it has taken longer than
+/// `limit`; `Err` says how it ended when not with 0.
+fn wait_writer(pid: libc::pid_t, limit: Duration) -> Result<(), String> {
     let mut status = 0;
     let started = std::time::Instant::now();
     let mut killed = false;
@@ -673,7 +674,7 @@ fn wait_writer(pid: libc::pid_t) -> Result<(), String> {
                 return Err(format!("waiting for the writer process {pid}: {e}"));
             }
         }
-        if !killed && started.elapsed() > WRITER_MAX {
+        if !killed && started.elapsed() > limit {
             // SAFETY: `pid` is our child, not yet reaped, so not reused.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             killed = true;
@@ -683,7 +684,7 @@ fn wait_writer(pid: libc::pid_t) -> Result<(), String> {
     if killed {
         return Err(format!(
             "the writer process took more than {} s and was killed",
-            WRITER_MAX.as_secs()
+            limit.as_secs_f64()
         ));
     }
     if libc::WIFEXITED(status) {
@@ -700,5 +701,80 @@ fn wait_writer(pid: libc::pid_t) -> Result<(), String> {
         ))
     } else {
         Err(format!("the writer process ended with status {status}"))
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod writer_tests {
+    use super::*;
+
+    /// A child that only sleeps, then exits with `code`: what a writer
+    /// stuck in its write looks like from the parent.
+    fn child(sleep_secs: u32, code: i32) -> libc::pid_t {
+        // SAFETY: the child calls only `sleep` and `_exit`, both safe after
+        // a fork from a threaded process.
+        match unsafe { libc::fork() } {
+            -1 => panic!("fork: {}", std::io::Error::last_os_error()),
+            0 => unsafe {
+                libc::sleep(sleep_secs);
+                libc::_exit(code)
+            },
+            pid => pid,
+        }
+    }
+
+    /// True once `pid` is no child of this process to wait for: reaped.
+    fn reaped(pid: libc::pid_t) -> bool {
+        let mut status = 0;
+        // SAFETY: waitpid on a pid of ours, or one already reaped (ECHILD).
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD)
+    }
+
+    #[test]
+    fn a_writer_past_its_time_is_killed_reaped_and_reported() {
+        let pid = child(60, 0);
+        let started = std::time::Instant::now();
+        let why = wait_writer(pid, Duration::from_millis(100)).unwrap_err();
+        assert!(why.contains("took more than 0.1 s and was killed"), "{why}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "it did not wait for the sleep"
+        );
+        assert!(reaped(pid), "no zombie is left");
+    }
+
+    #[test]
+    fn a_writer_s_exit_says_what_went_wrong() {
+        assert_eq!(wait_writer(child(0, 0), WRITER_MAX), Ok(()));
+        let why = wait_writer(child(0, 1), WRITER_MAX).unwrap_err();
+        assert_eq!(why, "the writer process could not write or sync the file");
+        let why = wait_writer(child(0, 2), WRITER_MAX).unwrap_err();
+        assert_eq!(why, "the writer process failed while encoding");
+        let why = wait_writer(child(0, 7), WRITER_MAX).unwrap_err();
+        assert_eq!(why, "the writer process exited with 7");
+        let pid = child(60, 0);
+        // SAFETY: our child, not reaped yet.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let why = wait_writer(pid, WRITER_MAX).unwrap_err();
+        assert_eq!(
+            why,
+            format!("the writer process was killed by signal {}", libc::SIGTERM)
+        );
+    }
+
+    #[test]
+    fn a_writer_never_waited_for_is_killed_and_its_file_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let temporary = snapshot::temporary_path(dir.path(), 7);
+        std::fs::write(&temporary, b"half written").unwrap();
+        let pid = child(60, 0);
+        drop(ForkedWriter {
+            pid,
+            temporary: temporary.clone(),
+            reaped: false,
+        });
+        assert!(reaped(pid), "the writer is killed and reaped");
+        assert!(!temporary.exists(), "its half-written file is removed");
     }
 }
