@@ -38,6 +38,7 @@ use sequencer::{Command, ErrorCode, Event, Reply, State};
 use subtle::ConstantTimeEq;
 use tokio::sync::oneshot;
 
+use crate::bell::{self, BellReceiver, BellSender};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
@@ -122,7 +123,7 @@ pub enum Job {
 /// The gateway's handle on the queue.
 #[derive(Clone)]
 pub struct Submitter {
-    tx: Sender<Job>,
+    tx: BellSender<Job>,
     timeout: Duration,
     pub metrics: Arc<Metrics>,
 }
@@ -317,7 +318,7 @@ impl Engine {
         failures: FailureSink,
         events: EventSink,
     ) -> Engine {
-        let (tx, rx) = crossbeam_channel::bounded(settings.queue_capacity);
+        let (tx, rx) = bell::bounded(settings.queue_capacity);
         let stop = Arc::new(AtomicBool::new(false));
         let submitter = Submitter {
             tx,
@@ -359,7 +360,7 @@ struct Loop {
 
 fn run(
     node: Node,
-    rx: Receiver<Job>,
+    rx: BellReceiver<Job>,
     settings: EngineSettings,
     metrics: Arc<Metrics>,
     failures: FailureSink,
@@ -390,7 +391,7 @@ fn run(
         snapshots,
         snapshot_busy: snapshot_busy.clone(),
     };
-    let (commit_tx, commit_rx) = crossbeam_channel::bounded::<Closed>(COMMIT_PIPELINE);
+    let (commit_tx, commit_rx) = bell::bounded::<Closed>(COMMIT_PIPELINE);
     let committer = {
         let failed = sync_failed.clone();
         let sync_spacing = this.settings.sync_spacing;
@@ -542,7 +543,7 @@ const COMMIT_MAX: usize = 64;
 
 /// The commit stage: sync, then publish and answer, in the sequencer's order.
 fn commit_loop(
-    rx: Receiver<Closed>,
+    rx: BellReceiver<Closed>,
     failed: Arc<OnceLock<String>>,
     metrics: Arc<Metrics>,
     sync_spacing: Duration,

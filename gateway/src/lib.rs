@@ -16,6 +16,7 @@ pub mod admin;
 pub mod alloc;
 pub mod api;
 pub mod auth;
+pub mod bell;
 pub mod config;
 pub mod engine;
 pub mod error;
