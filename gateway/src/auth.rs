@@ -27,6 +27,41 @@ pub struct KeyParts<'a> {
     pub secret: &'a str,
 }
 
+/// A caller's key id, kept inline: at most `KEY_ID_LEN_MAX` bytes, as
+/// `split_key` checked them. A `String` here was allocated on a gateway
+/// thread and freed on the sequencer's with every request, where glibc's
+/// free of another thread's block costs a few percent of that thread.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct KeyIdText {
+    bytes: [u8; sequencer::limits::KEY_ID_LEN_MAX],
+    len: u8,
+}
+
+impl KeyIdText {
+    /// `None` when longer than a key id may be.
+    pub fn new(text: &str) -> Option<KeyIdText> {
+        let mut bytes = [0; sequencer::limits::KEY_ID_LEN_MAX];
+        bytes
+            .get_mut(..text.len())?
+            .copy_from_slice(text.as_bytes());
+        Some(KeyIdText {
+            bytes,
+            len: text.len() as u8,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Always whole: copied from a `&str`, never cut.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for KeyIdText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
 /// Splits a key string; `None` when it is not of the key format.
 pub fn split_key(key: &str) -> Option<KeyParts<'_>> {
     let mut parts = key.splitn(4, '_');
@@ -87,7 +122,8 @@ pub fn caller(
         }));
     }
     Ok(Caller {
-        key_id: parts.key_id.to_string(),
+        // `split_key` checked its length.
+        key_id: KeyIdText::new(parts.key_id).ok_or_else(|| unauthorized(KeyRefusal::Invalid))?,
         fingerprint: fingerprint(parts.secret),
         ip,
         rate_limited,
@@ -262,6 +298,23 @@ pub fn random_token(len: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_id_is_kept_whole_up_to_its_longest() {
+        let longest = "k".repeat(sequencer::limits::KEY_ID_LEN_MAX);
+        let id = KeyIdText::new(&longest).unwrap();
+        assert_eq!(id.as_str(), longest);
+        assert_eq!(KeyIdText::new("abc123").unwrap().as_str(), "abc123");
+        assert_eq!(
+            format!("{:?}", KeyIdText::new("abc123").unwrap()),
+            "\"abc123\""
+        );
+        assert_eq!(KeyIdText::new(&format!("{longest}k")), None);
+        // Every key id `split_key` accepts fits.
+        let key = format!("tk_test_{longest}_secret");
+        let parts = split_key(&key).unwrap();
+        assert_eq!(KeyIdText::new(parts.key_id).unwrap().as_str(), longest);
+    }
 
     #[test]
     fn key_strings() {

@@ -83,7 +83,7 @@ pub type Deliver = Box<dyn FnOnce(bool) + Send>;
 /// secret (never the secret), and the address.
 #[derive(Clone, Debug)]
 pub struct Caller {
-    pub key_id: String,
+    pub key_id: crate::auth::KeyIdText,
     pub fingerprint: [u8; 32],
     pub ip: IpAddr,
     /// Whether this request counts against the new-order rate limit.
@@ -784,7 +784,7 @@ impl Loop {
             }
             Err(ApiError::new(ErrorCode::Unauthorized, refusal.message()))
         };
-        let Some(key) = state.key_by_id(&caller.key_id) else {
+        let Some(key) = state.key_by_id(caller.key_id.as_str()) else {
             return refuse(KeyRefusal::Invalid);
         };
         if !bool::from(key.fingerprint.ct_eq(&caller.fingerprint)) {
@@ -871,7 +871,7 @@ mod tests {
         let codes: Vec<StatusCode> = (0..10)
             .map(|i| {
                 let caller = Caller {
-                    key_id: format!("nosuchkey{i}"),
+                    key_id: crate::auth::KeyIdText::new(&format!("nosuchkey{i}")).unwrap(),
                     fingerprint: [0; 32],
                     ip,
                     rate_limited: false,

@@ -611,13 +611,13 @@ impl Session {
         }
         match authenticate(&self.app, &headers, self.ip).await {
             Ok(auth) => {
-                let key_id = auth.caller.key_id.clone();
+                let key_id = auth.caller.key_id;
                 self.hub.send(Control::Authenticated {
                     conn: self.conn,
                     account: auth.account,
                 });
                 self.auth = Some(auth);
-                protocol::reply(id, "ok", json!({ "key_id": key_id }))
+                protocol::reply(id, "ok", json!({ "key_id": key_id.as_str() }))
             }
             Err(e) if e.code == ApiCode::ExchangeUnavailable => {
                 protocol::error(id, &WsError::new(ErrorCode::Unavailable, e.message))
