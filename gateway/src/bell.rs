@@ -17,7 +17,8 @@
 //! the announcement, with a sequentially consistent fence on both sides, so
 //! at least one of them sees the other (and a thread's unpark before its
 //! park makes the park return at once). The last sender's drop wakes the
-//! consumer too, so that it sees the queue disconnected.
+//! consumer too, so that it sees the queue disconnected. A consumer of
+//! several queues shares one `Doorbell` among them.
 
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
@@ -49,17 +50,85 @@ impl Bell {
     }
 }
 
-/// A queue of at most `capacity` messages (see the module comment).
-pub fn bounded<T>(capacity: usize) -> (BellSender<T>, BellReceiver<T>) {
-    let (tx, rx) = crossbeam_channel::bounded(capacity);
-    let bell = Arc::new(Bell::default());
-    (
+/// One consumer's wake-up, shared by the queues it waits on (the
+/// websocket publisher waits on two).
+#[derive(Debug, Default)]
+pub struct Doorbell {
+    bell: Arc<Bell>,
+}
+
+impl Doorbell {
+    pub fn new() -> Doorbell {
+        Doorbell::default()
+    }
+
+    /// A queue of at most `capacity` messages whose senders ring this bell.
+    pub fn bounded<T>(&self, capacity: usize) -> (BellSender<T>, Receiver<T>) {
+        let (tx, rx) = crossbeam_channel::bounded(capacity);
+        (self.sender(tx), rx)
+    }
+
+    /// A queue without a bound whose senders ring this bell.
+    pub fn unbounded<T>(&self) -> (BellSender<T>, Receiver<T>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (self.sender(tx), rx)
+    }
+
+    fn sender<T>(&self, tx: Sender<T>) -> BellSender<T> {
         BellSender {
             tx: ManuallyDrop::new(tx),
-            bell: bell.clone(),
-        },
-        BellReceiver { rx, bell },
-    )
+            bell: self.bell.clone(),
+        }
+    }
+
+    /// Calls `poll` until it gives something, parking the calling thread
+    /// (the one consumer) in between, until `deadline` (for ever with
+    /// `None`; then `None` is never returned). `poll` must try every queue
+    /// of this bell and report a disconnected one as something, or a
+    /// consumer could sleep through the last sender's going.
+    pub fn wait<R>(
+        &self,
+        deadline: Option<Instant>,
+        mut poll: impl FnMut() -> Option<R>,
+    ) -> Option<R> {
+        let consumer = self.bell.consumer.get_or_init(std::thread::current);
+        debug_assert_eq!(
+            consumer.id(),
+            std::thread::current().id(),
+            "a doorbell has one consumer thread"
+        );
+        loop {
+            if let Some(found) = poll() {
+                return Some(found);
+            }
+            let left = match deadline {
+                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return None,
+                },
+                None => None,
+            };
+            self.bell.sleeping.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            if let Some(found) = poll() {
+                self.bell.sleeping.store(false, Ordering::Relaxed);
+                return Some(found);
+            }
+            match left {
+                Some(left) => std::thread::park_timeout(left),
+                None => std::thread::park(),
+            }
+            self.bell.sleeping.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A queue of at most `capacity` messages with a doorbell of its own (see
+/// the module comment).
+pub fn bounded<T>(capacity: usize) -> (BellSender<T>, BellReceiver<T>) {
+    let bell = Doorbell::new();
+    let (tx, rx) = bell.bounded(capacity);
+    (tx, BellReceiver { rx, bell })
 }
 
 /// The sending side; cloned for each producer.
@@ -118,7 +187,7 @@ impl<T> BellSender<T> {
 #[derive(Debug)]
 pub struct BellReceiver<T> {
     rx: Receiver<T>,
-    bell: Arc<Bell>,
+    bell: Doorbell,
 }
 
 impl<T> BellReceiver<T> {
@@ -150,40 +219,13 @@ impl<T> BellReceiver<T> {
         self.rx.is_empty()
     }
 
-    /// Waits until `deadline` (for ever with `None`).
     fn wait(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
-        let consumer = self.bell.consumer.get_or_init(std::thread::current);
-        debug_assert_eq!(
-            consumer.id(),
-            std::thread::current().id(),
-            "a bell queue has one consumer thread"
-        );
-        loop {
-            match self.rx.try_recv() {
-                Ok(message) => return Ok(message),
-                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
-                Err(TryRecvError::Empty) => {}
-            }
-            let left = match deadline {
-                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => Some(left),
-                    _ => return Err(RecvTimeoutError::Timeout),
-                },
-                None => None,
-            };
-            self.bell.sleeping.store(true, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
-            let again = self.rx.try_recv();
-            if !matches!(again, Err(TryRecvError::Empty)) {
-                self.bell.sleeping.store(false, Ordering::Relaxed);
-                return again.map_err(|_| RecvTimeoutError::Disconnected);
-            }
-            match left {
-                Some(left) => std::thread::park_timeout(left),
-                None => std::thread::park(),
-            }
-            self.bell.sleeping.store(false, Ordering::Relaxed);
-        }
+        let polled = self.bell.wait(deadline, || match self.rx.try_recv() {
+            Ok(message) => Some(Ok(message)),
+            Err(TryRecvError::Disconnected) => Some(Err(RecvTimeoutError::Disconnected)),
+            Err(TryRecvError::Empty) => None,
+        });
+        polled.unwrap_or(Err(RecvTimeoutError::Timeout))
     }
 }
 

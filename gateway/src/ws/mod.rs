@@ -41,6 +41,7 @@ use tokio::sync::watch;
 
 pub use conn::handler;
 
+use crate::bell::{BellSender, Doorbell};
 use crate::engine::EventSink;
 use publisher::{Control, Input, Picture};
 
@@ -78,7 +79,7 @@ pub struct Stats {
 
 /// What the gateway's handlers share about the websocket.
 pub struct Hub {
-    control: crossbeam_channel::Sender<Control>,
+    control: BellSender<Control>,
     pub settings: WsSettings,
     pub stats: Arc<Stats>,
     connections: Mutex<HashMap<IpAddr, u32>>,
@@ -94,15 +95,16 @@ pub struct Publisher {
 /// Starts the publisher thread; returns the hub for the handlers and the
 /// sink to give the sequencer thread.
 pub fn start(settings: WsSettings) -> (Arc<Hub>, EventSink, Publisher) {
-    let (input_tx, input_rx) = crossbeam_channel::bounded::<Input>(INPUT_BATCHES_MAX);
+    let bell = Doorbell::new();
+    let (input_tx, input_rx) = bell.bounded::<Input>(INPUT_BATCHES_MAX);
     // Unbounded, but each connection has at most one command in flight and
     // connections are bounded: its length is bounded by them.
-    let (control_tx, control_rx) = crossbeam_channel::unbounded::<Control>();
+    let (control_tx, control_rx) = bell.unbounded::<Control>();
     let stats = Arc::new(Stats::default());
     let thread_stats = stats.clone();
     let handle = std::thread::Builder::new()
         .name("ws-publisher".into())
-        .spawn(move || publisher::run(input_rx, control_rx, thread_stats))
+        .spawn(move || publisher::run(bell, input_rx, control_rx, thread_stats))
         .expect("spawn the websocket publisher thread");
     let (shutdown, _) = watch::channel(false);
     let hub = Arc::new(Hub {
@@ -134,7 +136,7 @@ fn published(event: &Event) -> bool {
 /// publisher's input is full) after later batches were prepared as plain
 /// events: `lost` makes every delivery of events drop until a picture has
 /// gone through, so the publisher never applies events to a stale mirror.
-fn sink(tx: crossbeam_channel::Sender<Input>, stats: Arc<Stats>) -> EventSink {
+fn sink(tx: BellSender<Input>, stats: Arc<Stats>) -> EventSink {
     let lost = Arc::new(AtomicBool::new(true));
     let dead = Arc::new(AtomicBool::new(false));
     Box::new(move |state: &State, batch: &[Event]| {

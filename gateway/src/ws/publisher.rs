@@ -14,7 +14,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use crossbeam_channel::{never, select, Receiver};
+use crossbeam_channel::{Receiver, TryRecvError};
+
+use crate::bell::Doorbell;
 use sequencer::event::{Phase, Top};
 use sequencer::limits::CHECKSUM_LEVELS;
 use sequencer::query::{BalanceView, PositionView};
@@ -205,26 +207,65 @@ struct Publisher {
     stats: Arc<Stats>,
 }
 
+/// What the publisher waits for.
+enum Next {
+    Input(Input),
+    Control(Control),
+    /// The sequencer thread is gone.
+    InputGone,
+    /// No handler will send commands any more.
+    ControlGone,
+}
+
 /// The publisher thread's loop; returns when the sequencer thread is gone.
-pub fn run(input: Receiver<Input>, control: Receiver<Control>, stats: Arc<Stats>) {
+/// It waits on its two queues with one doorbell (`crate::bell`: parked,
+/// not spinning), looking at the control queue first every other time so
+/// that neither queue starves the other.
+pub fn run(bell: Doorbell, input: Receiver<Input>, control: Receiver<Control>, stats: Arc<Stats>) {
     let mut publisher = Publisher::new(stats);
     // The first input is the picture taken when the sequencer thread
     // started, before any connection can exist.
-    match input.recv() {
-        Ok(first) => publisher.input(first, false),
-        Err(_) => return,
+    let first = bell.wait(None, || match input.try_recv() {
+        Ok(first) => Some(Some(first)),
+        Err(TryRecvError::Disconnected) => Some(None),
+        Err(TryRecvError::Empty) => None,
+    });
+    match first.flatten() {
+        Some(first) => publisher.input(first, false),
+        None => return,
     }
-    let mut control = control;
+    let mut control_open = true;
+    let mut control_first = false;
     loop {
-        select! {
-            recv(input) -> msg => match msg {
-                Ok(msg) => publisher.input(msg, true),
-                Err(_) => return,
-            },
-            recv(control) -> msg => match msg {
-                Ok(msg) => publisher.control(msg),
-                Err(_) => control = never(),
-            },
+        control_first = !control_first;
+        let poll_control = |open: bool| -> Option<Next> {
+            if !open {
+                return None;
+            }
+            match control.try_recv() {
+                Ok(msg) => Some(Next::Control(msg)),
+                Err(TryRecvError::Disconnected) => Some(Next::ControlGone),
+                Err(TryRecvError::Empty) => None,
+            }
+        };
+        let next = bell.wait(None, || {
+            if control_first {
+                if let Some(next) = poll_control(control_open) {
+                    return Some(next);
+                }
+            }
+            match input.try_recv() {
+                Ok(msg) => return Some(Next::Input(msg)),
+                Err(TryRecvError::Disconnected) => return Some(Next::InputGone),
+                Err(TryRecvError::Empty) => {}
+            }
+            poll_control(control_open && !control_first)
+        });
+        match next {
+            Some(Next::Input(msg)) => publisher.input(msg, true),
+            Some(Next::Control(msg)) => publisher.control(msg),
+            Some(Next::ControlGone) => control_open = false,
+            Some(Next::InputGone) | None => return,
         }
     }
 }
