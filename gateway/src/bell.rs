@@ -294,4 +294,51 @@ mod tests {
             .sum();
         assert_eq!((n, sum), (60_000, expected));
     }
+
+    /// One consumer of two queues with one doorbell wakes for a message on
+    /// either, and for either queue's last sender going.
+    #[test]
+    fn a_doorbell_wakes_its_consumer_for_either_queue() {
+        let bell = Doorbell::new();
+        let (a_tx, a_rx) = bell.bounded::<u32>(8);
+        let (b_tx, b_rx) = bell.unbounded::<&'static str>();
+        let consumer = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut a_open = true;
+            let mut b_open = true;
+            while a_open || b_open {
+                let next = bell.wait(Some(Instant::now() + Duration::from_secs(60)), || {
+                    if a_open {
+                        match a_rx.try_recv() {
+                            Ok(v) => return Some(format!("a{v}")),
+                            Err(TryRecvError::Disconnected) => return Some("a gone".into()),
+                            Err(TryRecvError::Empty) => {}
+                        }
+                    }
+                    if b_open {
+                        match b_rx.try_recv() {
+                            Ok(v) => return Some(format!("b{v}")),
+                            Err(TryRecvError::Disconnected) => return Some("b gone".into()),
+                            Err(TryRecvError::Empty) => {}
+                        }
+                    }
+                    None
+                });
+                let next = next.expect("woken before the minute");
+                a_open &= next != "a gone";
+                b_open &= next != "b gone";
+                seen.push(next);
+            }
+            seen
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        b_tx.send("x").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        a_tx.send(1).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        drop(a_tx);
+        std::thread::sleep(Duration::from_millis(20));
+        drop(b_tx);
+        assert_eq!(consumer.join().unwrap(), ["bx", "a1", "a gone", "b gone"]);
+    }
 }
