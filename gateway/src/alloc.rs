@@ -137,7 +137,8 @@ thread_local! {
 /// `BUSY` while being written). A request's number is claimed with one
 /// `fetch_add`; its slot is then taken with a compare-and-swap to `BUSY`,
 /// so that two requests a lap apart, written at once, never write one slot
-/// together (the later one is dropped): a range the populator reads is
+/// together (the one that comes second is dropped, and an older one never
+/// overwrites a later one): a range the populator reads is
 /// always one some thread asked for, never one request's start with
 /// another's length. The allocator must not allocate or block, hence no
 /// channel and no waiting for a slot. A request lost to an overflow or a
@@ -196,11 +197,13 @@ fn request_populate(start: *mut u8, len: usize) {
     let slot = (n % RING as u64) as usize;
     let stamp = RING_STAMP[slot].load(Ordering::Relaxed);
     if stamp == BUSY
+        || stamp > n
         || RING_STAMP[slot]
             .compare_exchange(stamp, BUSY, Ordering::Relaxed, Ordering::Relaxed)
             .is_err()
     {
-        // A request a lap ahead or behind is writing this slot right now.
+        // A request a lap ahead or behind is writing this slot right now,
+        // or a later one has written it: this one, the older, is dropped.
         return;
     }
     fence(Ordering::Release);

@@ -21,7 +21,7 @@
 //! several queues shares one `Doorbell` among them.
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -63,7 +63,10 @@ impl Doorbell {
     }
 
     /// A queue of at most `capacity` messages whose senders ring this bell.
+    /// At least one: a queue of none only hands over to a receiver blocked
+    /// inside it, which a bell's consumer never is.
     pub fn bounded<T>(&self, capacity: usize) -> (BellSender<T>, Receiver<T>) {
+        assert!(capacity > 0, "a bell queue holds at least one message");
         let (tx, rx) = crossbeam_channel::bounded(capacity);
         (self.sender(tx), rx)
     }
@@ -78,6 +81,7 @@ impl Doorbell {
         BellSender {
             tx: ManuallyDrop::new(tx),
             bell: self.bell.clone(),
+            senders: Arc::new(AtomicUsize::new(1)),
         }
     }
 
@@ -91,10 +95,12 @@ impl Doorbell {
         deadline: Option<Instant>,
         mut poll: impl FnMut() -> Option<R>,
     ) -> Option<R> {
-        let consumer = self.bell.consumer.get_or_init(std::thread::current);
-        debug_assert_eq!(
+        let current = std::thread::current();
+        let consumer = self.bell.consumer.get_or_init(|| current.clone());
+        // A second consumer thread would sleep through its wake-ups.
+        assert_eq!(
             consumer.id(),
-            std::thread::current().id(),
+            current.id(),
             "a doorbell has one consumer thread"
         );
         loop {
@@ -136,13 +142,18 @@ pub fn bounded<T>(capacity: usize) -> (BellSender<T>, BellReceiver<T>) {
 pub struct BellSender<T> {
     tx: ManuallyDrop<Sender<T>>,
     bell: Arc<Bell>,
+    /// Senders of this queue alive: only the last one's drop rings (a
+    /// sender cloned per batch would otherwise wake the consumer twice).
+    senders: Arc<AtomicUsize>,
 }
 
 impl<T> Clone for BellSender<T> {
     fn clone(&self) -> Self {
+        self.senders.fetch_add(1, Ordering::Relaxed);
         Self {
             tx: ManuallyDrop::new((*self.tx).clone()),
             bell: self.bell.clone(),
+            senders: self.senders.clone(),
         }
     }
 }
@@ -153,7 +164,9 @@ impl<T> Drop for BellSender<T> {
         // channel is disconnected before the bell rings, so that a consumer
         // woken by the last sender sees it.
         unsafe { ManuallyDrop::drop(&mut self.tx) };
-        self.bell.ring();
+        if self.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.bell.ring();
+        }
     }
 }
 
@@ -331,14 +344,24 @@ mod tests {
             }
             seen
         });
+        // Each step once the consumer is likely asleep again (the order of
+        // what it sees is not asserted: a slow start may see two at once).
         std::thread::sleep(Duration::from_millis(20));
         b_tx.send("x").unwrap();
         std::thread::sleep(Duration::from_millis(20));
         a_tx.send(1).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
+        let a_clone = a_tx.clone();
         drop(a_tx);
         std::thread::sleep(Duration::from_millis(20));
+        drop(a_clone);
+        std::thread::sleep(Duration::from_millis(20));
         drop(b_tx);
-        assert_eq!(consumer.join().unwrap(), ["bx", "a1", "a gone", "b gone"]);
+        let seen = consumer.join().unwrap();
+        let at = |what: &str| seen.iter().position(|s| s == what).expect(what);
+        assert_eq!(seen.len(), 4, "{seen:?}");
+        assert!(
+            at("a1") < at("a gone") && at("bx") < at("b gone"),
+            "{seen:?}"
+        );
     }
 }

@@ -755,11 +755,11 @@ mod writer_tests {
         assert_eq!(why, "the writer process exited with 7");
         let pid = child(60, 0);
         // SAFETY: our child, not reaped yet.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        unsafe { libc::kill(pid, libc::SIGKILL) };
         let why = wait_writer(pid, WRITER_MAX).unwrap_err();
         assert_eq!(
             why,
-            format!("the writer process was killed by signal {}", libc::SIGTERM)
+            format!("the writer process was killed by signal {}", libc::SIGKILL)
         );
     }
 

@@ -447,9 +447,10 @@ async fn place_order(
         Ok(o) => o,
         Err(e) => return e.into_response(),
     };
-    // Shared by the two closures, and freed on this thread: the sequencer
-    // thread drops only a count (glibc's free of a gateway thread's block
-    // there was a tenth of that thread's time).
+    // Shared by the two closures and, for an order placed, handed on to
+    // the answer written on this thread, which frees it: the sequencer
+    // thread then drops only a count (glibc's free of a gateway thread's
+    // block there was a tenth of that thread's time).
     let ticker: Arc<str> = Arc::from(std::mem::take(&mut order.market_ticker));
     let market_ticker = ticker.clone();
     let answer = app
