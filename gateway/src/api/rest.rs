@@ -490,10 +490,6 @@ async fn place_order(
 /// knows it by `UNLISTED_MARKET` only).
 fn place_answer(ticker: Arc<str>) -> FinishFn {
     Box::new(move |state, reply| match reply {
-        Reply::Order { order, .. } => Ok((
-            StatusCode::CREATED,
-            AnswerBody::later(move || json::order_answer(&ticker, &order)),
-        )),
         Reply::Rejected(r)
             if r.code == ErrorCode::MarketNotOpen && !state.market_ids.contains_key(&*ticker) =>
         {
@@ -502,25 +498,38 @@ fn place_answer(ticker: Arc<str>) -> FinishFn {
                 format!("Market {ticker} is not on the order book."),
             ))
         }
-        Reply::Rejected(r) => Err(r.into()),
-        other => Err(internal(&other)),
+        other => order_reply(StatusCode::CREATED, other, |_| ticker),
     })
 }
 
 /// The answer of a write whose reply is one order: `{"order": Order}`,
 /// written on the gateway thread from the order and its market's ticker.
 fn order_answer(status: StatusCode) -> FinishFn {
-    Box::new(move |state, reply| match reply {
+    Box::new(move |state, reply| {
+        order_reply(status, reply, |order| {
+            json::ticker(state, order.market).to_string()
+        })
+    })
+}
+
+/// `{"order": Order}` with the ticker `ticker` gives for the order, written
+/// later on the gateway thread; a refusal as its error.
+fn order_reply<T: AsRef<str> + Send + 'static>(
+    status: StatusCode,
+    reply: Reply,
+    ticker: impl FnOnce(&sequencer::state::Order) -> T,
+) -> Finished {
+    match reply {
         Reply::Order { order, .. } => {
-            let ticker = json::ticker(state, order.market).to_string();
+            let ticker = ticker(&order);
             Ok((
                 status,
-                AnswerBody::later(move || json::order_answer(&ticker, &order)),
+                AnswerBody::later(move || json::order_answer(ticker.as_ref(), &order)),
             ))
         }
         Reply::Rejected(r) => Err(r.into()),
         other => Err(internal(&other)),
-    })
+    }
 }
 
 fn internal(reply: &Reply) -> ApiError {
