@@ -129,6 +129,17 @@ impl Doorbell {
     }
 }
 
+/// One look at a queue, for a `Doorbell::wait` poll: `None` when it is
+/// empty, else its next message, or `Err` once every sender is gone and
+/// nothing is left.
+pub fn look<T>(rx: &Receiver<T>) -> Option<Result<T, RecvError>> {
+    match rx.try_recv() {
+        Ok(message) => Some(Ok(message)),
+        Err(TryRecvError::Disconnected) => Some(Err(RecvError)),
+        Err(TryRecvError::Empty) => None,
+    }
+}
+
 /// A queue of at most `capacity` messages with a doorbell of its own (see
 /// the module comment).
 pub fn bounded<T>(capacity: usize) -> (BellSender<T>, BellReceiver<T>) {
@@ -233,12 +244,11 @@ impl<T> BellReceiver<T> {
     }
 
     fn wait(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
-        let polled = self.bell.wait(deadline, || match self.rx.try_recv() {
-            Ok(message) => Some(Ok(message)),
-            Err(TryRecvError::Disconnected) => Some(Err(RecvTimeoutError::Disconnected)),
-            Err(TryRecvError::Empty) => None,
-        });
-        polled.unwrap_or(Err(RecvTimeoutError::Timeout))
+        match self.bell.wait(deadline, || look(&self.rx)) {
+            Some(Ok(message)) => Ok(message),
+            Some(Err(RecvError)) => Err(RecvTimeoutError::Disconnected),
+            None => Err(RecvTimeoutError::Timeout),
+        }
     }
 }
 
@@ -321,21 +331,12 @@ mod tests {
             let mut b_open = true;
             while a_open || b_open {
                 let next = bell.wait(Some(Instant::now() + Duration::from_secs(60)), || {
-                    if a_open {
-                        match a_rx.try_recv() {
-                            Ok(v) => return Some(format!("a{v}")),
-                            Err(TryRecvError::Disconnected) => return Some("a gone".into()),
-                            Err(TryRecvError::Empty) => {}
-                        }
-                    }
-                    if b_open {
-                        match b_rx.try_recv() {
-                            Ok(v) => return Some(format!("b{v}")),
-                            Err(TryRecvError::Disconnected) => return Some("b gone".into()),
-                            Err(TryRecvError::Empty) => {}
-                        }
-                    }
-                    None
+                    let a = a_open.then(|| look(&a_rx)).flatten();
+                    let a = a.map(|r| r.map_or("a gone".into(), |v| format!("a{v}")));
+                    a.or_else(|| {
+                        let b = b_open.then(|| look(&b_rx)).flatten();
+                        b.map(|r| r.map_or("b gone".into(), |v| format!("b{v}")))
+                    })
                 });
                 let next = next.expect("woken before the minute");
                 a_open &= next != "a gone";

@@ -14,9 +14,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, TryRecvError};
+use crossbeam_channel::Receiver;
 
-use crate::bell::Doorbell;
+use crate::bell::{look, Doorbell};
 use sequencer::event::{Phase, Top};
 use sequencer::limits::CHECKSUM_LEVELS;
 use sequencer::query::{BalanceView, PositionView};
@@ -225,28 +225,17 @@ pub fn run(bell: Doorbell, input: Receiver<Input>, control: Receiver<Control>, s
     let mut publisher = Publisher::new(stats);
     // The first input is the picture taken when the sequencer thread
     // started, before any connection can exist.
-    let first = bell.wait(None, || match input.try_recv() {
-        Ok(first) => Some(Some(first)),
-        Err(TryRecvError::Disconnected) => Some(None),
-        Err(TryRecvError::Empty) => None,
-    });
-    match first.flatten() {
-        Some(first) => publisher.input(first, false),
-        None => return,
+    match bell.wait(None, || look(&input)) {
+        Some(Ok(first)) => publisher.input(first, false),
+        _ => return,
     }
     let mut control_open = true;
     let mut control_first = false;
     loop {
         control_first = !control_first;
         let poll_control = |open: bool| -> Option<Next> {
-            if !open {
-                return None;
-            }
-            match control.try_recv() {
-                Ok(msg) => Some(Next::Control(msg)),
-                Err(TryRecvError::Disconnected) => Some(Next::ControlGone),
-                Err(TryRecvError::Empty) => None,
-            }
+            let found = open.then(|| look(&control)).flatten()?;
+            Some(found.map_or(Next::ControlGone, Next::Control))
         };
         let next = bell.wait(None, || {
             if control_first {
@@ -254,12 +243,10 @@ pub fn run(bell: Doorbell, input: Receiver<Input>, control: Receiver<Control>, s
                     return Some(next);
                 }
             }
-            match input.try_recv() {
-                Ok(msg) => return Some(Next::Input(msg)),
-                Err(TryRecvError::Disconnected) => return Some(Next::InputGone),
-                Err(TryRecvError::Empty) => {}
+            match look(&input) {
+                Some(found) => Some(found.map_or(Next::InputGone, Next::Input)),
+                None => poll_control(control_open && !control_first),
             }
-            poll_control(control_open && !control_first)
         });
         match next {
             Some(Next::Input(msg)) => publisher.input(msg, true),
