@@ -123,7 +123,8 @@ impl<T, const FIRST: u64> Table<T, FIRST> {
         std::mem::take(&mut self.items)
     }
 
-    /// Puts records taken by `take_items` back, or appends decoded ones.
+    /// Appends records (a snapshot's decoded sections, or a new table's);
+    /// `put_back_items` returns what `take_items` took.
     pub fn extend_items(&mut self, items: impl IntoIterator<Item = T>) {
         self.items.extend(items);
     }
