@@ -505,14 +505,18 @@ mod tests {
     /// stress check: the race the slot's compare-and-swap shuts out (a
     /// writer stopped between its two stores while others lap it) did not
     /// show in runs of the former code either, being a few instructions
-    /// wide. (The
-    /// addresses are in the first 4 GiB, below any mapping of this
-    /// process's heap or stacks here: the populator's calls on them fail.)
+    /// wide. (The addresses are in the first 4 GiB, below any mapping of
+    /// this process's heap or stacks here: the populator's calls on them
+    /// fail.)
     #[cfg(target_os = "linux")]
     fn racing_writers_never_mix_two_requests() {
+        // The length that goes with a start.
+        fn len_of(start: usize) -> usize {
+            (start / PAGE % 97 + 1) * PAGE
+        }
         let pairs = |writer: usize, i: usize| {
             let start = ((writer * 1_000_003 + i) % 1_000_000 + 1) * PAGE;
-            (start, (start / PAGE % 97 + 1) * PAGE)
+            (start, len_of(start))
         };
         // Ours: requests from here on, in the first 4 GiB (other tests'
         // threads may queue real blocks meanwhile).
@@ -520,7 +524,7 @@ mod tests {
         let check = move |n: u64| {
             if let Request::Ready(start, len) = read_request(n) {
                 if n >= base && start <= 1_000_000 * PAGE {
-                    assert_eq!(len, (start / PAGE % 97 + 1) * PAGE, "request {n} mixed");
+                    assert_eq!(len, len_of(start), "request {n} mixed");
                     return true;
                 }
             }
