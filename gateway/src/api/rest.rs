@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use crate::api::json;
 use crate::api::parse::{order_body, Params};
 use crate::auth::{self, Lockout};
-use crate::engine::{Answer, AnswerBody, FinishFn, Finished, Submitter};
+use crate::engine::{Answer, AnswerBody, Finished, Submitter};
 use crate::error::ApiError;
 
 /// The route's one path segment as text; `None` when it cannot be read
@@ -234,13 +234,13 @@ fn ok(status: StatusCode, body: Value) -> Answer {
 fn respond_write(answer: Finished) -> Response {
     match answer {
         Ok((status, AnswerBody::Ready(body))) => (status, Json(body)).into_response(),
-        Ok((status, AnswerBody::Later(write))) => (
+        Ok((status, AnswerBody::Order { ticker, order })) => (
             status,
             [(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             )],
-            write(),
+            json::order_answer(&ticker, &order),
         )
             .into_response(),
         Err(e) => e.into_response(),
@@ -457,7 +457,7 @@ async fn place_order(
         .submitter
         .write(
             Some(caller),
-            Box::new(move |state, key| {
+            move |state: &sequencer::State, key: Option<KeyIdx>| {
                 let market = state
                     .market_ids
                     .get(&*market_ticker)
@@ -477,7 +477,7 @@ async fn place_order(
                         client_order_id: order.client_order_id,
                     },
                 })
-            }),
+            },
             place_answer(ticker),
         )
         .await;
@@ -488,8 +488,8 @@ async fn place_order(
 /// with the ticker it was placed by, the market's own), or the refusal,
 /// which names the ticker when the market was never listed (the sequencer
 /// knows it by `UNLISTED_MARKET` only).
-fn place_answer(ticker: Arc<str>) -> FinishFn {
-    Box::new(move |state, reply| match reply {
+fn place_answer(ticker: Arc<str>) -> impl FnOnce(&sequencer::State, Reply) -> Finished + Send {
+    move |state, reply| match reply {
         Reply::Rejected(r)
             if r.code == ErrorCode::MarketNotOpen && !state.market_ids.contains_key(&*ticker) =>
         {
@@ -499,34 +499,34 @@ fn place_answer(ticker: Arc<str>) -> FinishFn {
             ))
         }
         other => order_reply(StatusCode::CREATED, other, |_| ticker),
-    })
+    }
 }
 
 /// The answer of a write whose reply is one order: `{"order": Order}`,
 /// written on the gateway thread from the order and its market's ticker.
-fn order_answer(status: StatusCode) -> FinishFn {
-    Box::new(move |state, reply| {
+fn order_answer(status: StatusCode) -> impl FnOnce(&sequencer::State, Reply) -> Finished + Send {
+    move |state, reply| {
         order_reply(status, reply, |order| {
-            json::ticker(state, order.market).to_string()
+            Arc::from(json::ticker(state, order.market))
         })
-    })
+    }
 }
 
 /// `{"order": Order}` with the ticker `ticker` gives for the order, written
 /// later on the gateway thread; a refusal as its error.
-fn order_reply<T: AsRef<str> + Send + 'static>(
+fn order_reply(
     status: StatusCode,
     reply: Reply,
-    ticker: impl FnOnce(&sequencer::state::Order) -> T,
+    ticker: impl FnOnce(&sequencer::state::Order) -> Arc<str>,
 ) -> Finished {
     match reply {
-        Reply::Order { order, .. } => {
-            let ticker = ticker(&order);
-            Ok((
-                status,
-                AnswerBody::later(move || json::order_answer(ticker.as_ref(), &order)),
-            ))
-        }
+        Reply::Order { order, .. } => Ok((
+            status,
+            AnswerBody::Order {
+                ticker: ticker(&order),
+                order,
+            },
+        )),
         Reply::Rejected(r) => Err(r.into()),
         other => Err(internal(&other)),
     }
@@ -555,13 +555,13 @@ async fn cancel_order(
         .submitter
         .write(
             Some(caller),
-            Box::new(move |_, key| {
+            move |_: &sequencer::State, key: Option<KeyIdx>| {
                 let order_id = parse_order_id(&id)?;
                 Ok(Command::CancelOrder {
                     key: key.expect("authenticated"),
                     order_id,
                 })
-            }),
+            },
             order_answer(StatusCode::OK),
         )
         .await;
@@ -604,8 +604,8 @@ async fn cancel_all(
         .submitter
         .write(
             Some(caller),
-            Box::new(move |_, key| Ok(Command::CancelAll { key: key.expect("authenticated"), market, series })),
-            Box::new(|_, reply| match reply {
+            move |_: &sequencer::State, key: Option<KeyIdx>| Ok(Command::CancelAll { key: key.expect("authenticated"), market, series }),
+            |_: &sequencer::State, reply| match reply {
                 Reply::Canceled { order_ids } => Ok((
                     StatusCode::OK,
                     AnswerBody::Ready(
@@ -614,7 +614,7 @@ async fn cancel_all(
                 )),
                 Reply::Rejected(r) => Err(r.into()),
                 other => Err(internal(&other)),
-            }),
+            },
         )
         .await;
     respond_write(answer)
