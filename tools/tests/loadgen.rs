@@ -8,8 +8,19 @@ mod common;
 use std::process::Command;
 use std::time::Instant;
 
-use common::{Launch, BIN};
+use common::{Launch, Serve, BIN};
 use serde_json::Value;
+use tempfile::TempDir;
+
+/// A venue started on a fresh data directory: the directory's holder, the
+/// data directory, the server and its base URL.
+fn venue() -> (TempDir, std::path::PathBuf, Serve, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Launch::new(&data, None).start();
+    let target = format!("http://{}", server.addr);
+    (dir, data, server, target)
+}
 
 fn loadgen(args: &[&str]) -> (bool, String, String) {
     let output = Command::new(BIN)
@@ -26,10 +37,7 @@ fn loadgen(args: &[&str]) -> (bool, String, String) {
 
 #[test]
 fn loadgen_sends_on_schedule_and_every_request_succeeds() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut server = Launch::new(&data, None).start();
-    let target = format!("http://{}", server.addr);
+    let (dir, data, mut server, target) = venue();
     let hgrm = dir.path().join("run.hgrm");
     let plot = dir.path().join("run.svg");
     let data_text = data.to_str().unwrap();
@@ -163,10 +171,7 @@ fn loadgen_sends_on_schedule_and_every_request_succeeds() {
 /// never left out (coordinated omission), and counted as unfinished.
 #[test]
 fn requests_a_stalled_venue_never_answers_count_in_the_latency() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut server = Launch::new(&data, None).start();
-    let target = format!("http://{}", server.addr);
+    let (dir, data, mut server, target) = venue();
     let pid = server.child.id().to_string();
     let hgrm = dir.path().join("stall.hgrm");
     // Stop the venue once it has placed its first orders (the load
