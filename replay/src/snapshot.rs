@@ -19,7 +19,7 @@
 //! that says so; the state is then rebuilt from the journal.
 
 use std::fs;
-use std::io::Write;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use rkyv::rancor::Error as RkyvError;
@@ -113,95 +113,157 @@ pub(crate) fn publish(dir: &Path, temporary: &Path, seq: u64) -> Result<PathBuf,
 
 /// Writes the snapshot under its temporary name and syncs it; returns
 /// that name.
+///
+/// The sections go to the file as they are encoded, not into one buffer
+/// first: the writer (a forked child of the venue) then holds a section or
+/// two beyond the state it copies on write, not a second copy of the whole
+/// snapshot. The header, whose checksum and length are known only at the
+/// end, is written last over the zeros that kept its place; the file has
+/// its final name only once it is whole and synced (`publish`).
 pub(crate) fn write_temporary(
     dir: &Path,
     state: &mut State,
     per_section: usize,
 ) -> Result<PathBuf, SnapshotError> {
     fs::create_dir_all(dir).map_err(io(dir))?;
+    let temporary = temporary_path(dir, state.last_seq);
+    let file = fs::File::create(&temporary).map_err(io(&temporary))?;
+    let file = write_file(file, state, per_section).map_err(|e| match e {
+        Failure::Io(source) => SnapshotError::Io {
+            path: temporary.clone(),
+            source,
+        },
+        Failure::Snapshot(e) => e,
+    })?;
+    file.sync_all().map_err(io(&temporary))?;
+    Ok(temporary)
+}
+
+/// What stops a snapshot being written: the file, or the encoding.
+#[derive(Debug)]
+enum Failure {
+    Io(std::io::Error),
+    Snapshot(SnapshotError),
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Io(e)
+    }
+}
+
+/// Writes header and payload into `out` (at its start); returns it. The
+/// order and fill lists are back in `state` when this returns, whatever
+/// happened.
+fn write_file<W: Write + Seek>(
+    out: W,
+    state: &mut State,
+    per_section: usize,
+) -> Result<W, Failure> {
     // Encoded in place: a wrapped deque is read as its two slices (a
     // forked writer would otherwise copy the pages it rotates), and the
     // lists go back by a move.
     let orders = state.orders.take_items();
     let fills = state.fills.take_items();
-    let encoded = encode_sections(
-        state,
-        <[&[Order]; 2]>::from(orders.as_slices()),
-        <[&[Fill]; 2]>::from(fills.as_slices()),
-        per_section,
-    );
+    let written = (|| {
+        let mut payload = Payload {
+            out: BufWriter::with_capacity(1 << 20, out),
+            crc: crc32fast::Hasher::new(),
+            len: 0,
+        };
+        payload.out.write_all(&[0u8; HEADER_LEN])?;
+        encode_sections(
+            &mut payload,
+            state,
+            <[&[Order]; 2]>::from(orders.as_slices()),
+            <[&[Fill]; 2]>::from(fills.as_slices()),
+            per_section,
+        )?;
+        let Payload { out, crc, len } = payload;
+        let mut out = out.into_inner().map_err(|e| e.into_error())?;
+        let mut header = [0u8; HEADER_LEN];
+        header[..8].copy_from_slice(MAGIC);
+        header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        header[12..16].copy_from_slice(&crc.finalize().to_le_bytes());
+        header[16..24].copy_from_slice(&state.last_seq.to_le_bytes());
+        header[24..32].copy_from_slice(&len.to_le_bytes());
+        out.seek(SeekFrom::Start(0))?;
+        out.write_all(&header)?;
+        out.flush()?;
+        Ok(out)
+    })();
     state.orders.put_back_items(orders);
     state.fills.put_back_items(fills);
-    let payload = encoded?;
-    let mut header = [0u8; HEADER_LEN];
-    header[..8].copy_from_slice(MAGIC);
-    header[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    header[12..16].copy_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    header[16..24].copy_from_slice(&state.last_seq.to_le_bytes());
-    header[24..32].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-    let temporary = temporary_path(dir, state.last_seq);
-    let mut file = fs::File::create(&temporary).map_err(io(&temporary))?;
-    file.write_all(&header).map_err(io(&temporary))?;
-    file.write_all(&payload).map_err(io(&temporary))?;
-    file.sync_all().map_err(io(&temporary))?;
-    Ok(temporary)
+    written
+}
+
+/// The payload as it is written: its bytes so far, their CRC-32 and length.
+struct Payload<W: Write> {
+    out: BufWriter<W>,
+    crc: crc32fast::Hasher,
+    len: u64,
+}
+
+impl<W: Write> Payload<W> {
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.crc.update(bytes);
+        self.len += bytes.len() as u64;
+        self.out.write_all(bytes)
+    }
 }
 
 /// The payload: the shell (a state whose order and fill lists are
 /// empty), then the orders and the fills, section by section.
-fn encode_sections(
+fn encode_sections<W: Write>(
+    payload: &mut Payload<W>,
     shell: &State,
     orders: [&[Order]; 2],
     fills: [&[Fill]; 2],
     per_section: usize,
-) -> Result<Vec<u8>, SnapshotError> {
+) -> Result<(), Failure> {
     let seq = shell.last_seq;
-    let mut payload = Vec::new();
-    append_section(&mut payload, SECTION_SHELL, seq, || {
+    append_section(payload, SECTION_SHELL, seq, || {
         rkyv::to_bytes::<RkyvError>(shell)
     })?;
     for chunk in orders.iter().flat_map(|part| part.chunks(per_section)) {
-        append_section(&mut payload, SECTION_ORDERS, seq, || {
+        append_section(payload, SECTION_ORDERS, seq, || {
             rkyv::to_bytes::<RkyvError>(&chunk.to_vec())
         })?;
     }
     for chunk in fills.iter().flat_map(|part| part.chunks(per_section)) {
-        append_section(&mut payload, SECTION_FILLS, seq, || {
+        append_section(payload, SECTION_FILLS, seq, || {
             rkyv::to_bytes::<RkyvError>(&chunk.to_vec())
         })?;
     }
-    Ok(payload)
+    Ok(())
 }
 
-/// Encodes one archive and appends it as a section. rkyv panics past its
+/// Encodes one archive and writes it as a section. rkyv panics past its
 /// 2 GiB limit: that is an error for the caller, never the end of the
 /// calling thread.
-fn append_section(
-    payload: &mut Vec<u8>,
+fn append_section<W: Write>(
+    payload: &mut Payload<W>,
     kind: u32,
     seq: u64,
     encode: impl FnOnce() -> Result<AlignedVec, RkyvError>,
-) -> Result<(), SnapshotError> {
+) -> Result<(), Failure> {
+    let encode_failed = |reason: String| Failure::Snapshot(SnapshotError::Encode { seq, reason });
     let bytes = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(encode)) {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(e)) => {
-            return Err(SnapshotError::Encode {
-                seq,
-                reason: e.to_string(),
-            })
-        }
+        Ok(Err(e)) => return Err(encode_failed(e.to_string())),
         Err(_) => {
-            return Err(SnapshotError::Encode {
-                seq,
-                reason: "a section is too large for the archive format's 2 GiB limit".into(),
-            })
+            return Err(encode_failed(
+                "a section is too large for the archive format's 2 GiB limit".into(),
+            ))
         }
     };
-    payload.extend_from_slice(&kind.to_le_bytes());
-    payload.extend_from_slice(&0u32.to_le_bytes());
-    payload.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-    payload.extend_from_slice(&bytes);
-    payload.resize(payload.len().next_multiple_of(SECTION_HEAD), 0);
+    let mut head = [0u8; SECTION_HEAD];
+    head[..4].copy_from_slice(&kind.to_le_bytes());
+    head[8..].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+    payload.put(&head)?;
+    payload.put(&bytes)?;
+    let pad = bytes.len().next_multiple_of(SECTION_HEAD) - bytes.len();
+    payload.put(&[0u8; SECTION_HEAD][..pad])?;
     Ok(())
 }
 
@@ -554,6 +616,74 @@ mod tests {
                 before,
                 "{orders} orders, {fills} fills by {per_section}"
             );
+        }
+    }
+
+    /// A file that takes `room` bytes, then fails as a full disk does.
+    struct Full {
+        inner: std::io::Cursor<Vec<u8>>,
+        room: u64,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let at = self.inner.position();
+            if at + buf.len() as u64 > self.room {
+                return Err(std::io::Error::other("no space left"));
+            }
+            self.inner.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Seek for Full {
+        fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+            self.inner.seek(to)
+        }
+    }
+
+    /// Streamed into a file, the snapshot is the same whatever the room:
+    /// whole and loadable when it fits, an I/O error when it does not, and
+    /// either way the state keeps its orders and fills.
+    #[test]
+    fn a_write_that_fails_midway_is_an_error_and_leaves_the_state_whole() {
+        let mut state = history(40, 30);
+        let before = state.clone();
+        let whole = write_file(
+            Full {
+                inner: Default::default(),
+                room: u64::MAX,
+            },
+            &mut state,
+            16,
+        )
+        .unwrap()
+        .inner
+        .into_inner();
+        assert_eq!(state, before);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(file_name(state.last_seq));
+        fs::write(&path, &whole).unwrap();
+        assert_eq!(load(&path).unwrap(), before);
+        for room in [
+            0,
+            10,
+            HEADER_LEN as u64 + 20,
+            whole.len() as u64 / 2,
+            whole.len() as u64 - 1,
+        ] {
+            let full = Full {
+                inner: Default::default(),
+                room,
+            };
+            match write_file(full, &mut state, 16) {
+                Err(Failure::Io(e)) => assert!(e.to_string().contains("no space"), "{e}"),
+                Err(other) => panic!("room {room}: {other:?}"),
+                Ok(_) => panic!("room {room}: a snapshot of {} bytes fitted", whole.len()),
+            }
+            assert_eq!(state, before, "room {room}");
         }
     }
 
