@@ -127,6 +127,7 @@ pub fn caller(
         fingerprint: fingerprint(parts.secret),
         ip,
         rate_limited,
+        proven: false,
     })
 }
 

@@ -131,6 +131,12 @@ pub struct Caller {
     pub ip: IpAddr,
     /// Whether this request counts against the new-order rate limit.
     pub rate_limited: bool,
+    /// The secret was proven before, on a connection that stays open, and
+    /// is checked again only for revocation, expiry and suspension: the
+    /// address lockout, which stops keys being tested, neither refuses nor
+    /// counts it. Another client's wrong keys from the same address must
+    /// not cut a trader's open websocket.
+    pub proven: bool,
 }
 
 /// The shortest wait for an operator's or the start-up's command.
@@ -829,9 +835,14 @@ impl Loop {
             return Ok(None);
         };
         let state = self.node.state();
-        self.failures.check(caller.ip)?;
+        if !caller.proven {
+            self.failures.check(caller.ip)?;
+        }
         let refuse = |refusal: KeyRefusal| {
-            if matches!(refusal, KeyRefusal::Invalid) && self.failures.fail(caller.ip) {
+            if matches!(refusal, KeyRefusal::Invalid)
+                && !caller.proven
+                && self.failures.fail(caller.ip)
+            {
                 self.metrics.lockouts.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(ip = %caller.ip, "address locked out after failed authentications");
             }
@@ -928,6 +939,7 @@ mod tests {
                     fingerprint: [0; 32],
                     ip,
                     rate_limited: false,
+                    proven: false,
                 };
                 this.authenticate(Some(&caller)).unwrap_err().status()
             })

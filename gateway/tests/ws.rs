@@ -1057,6 +1057,36 @@ fn a_revoked_key_closes_its_connection_within_a_ping() {
     assert_eq!(c.close_code(WAIT), 1008);
 }
 
+/// The lockout stops keys being tested from an address; it does not cut
+/// the open websocket of a trader who proved its key before, from the same
+/// address (one host, several bots), while revocation still does.
+#[test]
+fn wrong_keys_from_an_address_do_not_close_its_proven_connections() {
+    let venue = Venue::start_with(|c| {
+        c.ws_ping_interval_ms = 300;
+        c.lockout_failures = 3;
+        c.lockout_secs = 60;
+    });
+    let addr = venue.addr();
+    let trader = venue.trader("100");
+    let mut c = connect_with_key(addr, trader.key.as_str());
+    c.subscribe(1, &["balance"], json!({}));
+    for _ in 0..3 {
+        venue
+            .get("/account", Some("tk_test_nosuchkey_s3cr3t"))
+            .err(401, "UNAUTHORIZED");
+    }
+    venue.get("/account", trader.key()).err(429, "RATE_LIMITED");
+    // Several pings later (each re-checks the key; reading answers them)
+    // it is still open and answers.
+    let deadline = Instant::now() + Duration::from_millis(1_500);
+    while c.data_until(deadline).is_some() {}
+    c.send_text(r#"{"id":2,"cmd":"list_subscriptions"}"#);
+    assert_eq!(c.replies(2, 1)[0]["type"], "ok");
+    venue.revoke(&trader.key);
+    assert_eq!(c.close_code(WAIT), 1008);
+}
+
 // ----- limits and close codes -------------------------------------------------------------------
 
 #[test]

@@ -534,9 +534,14 @@ impl Session {
     }
 
     /// Revocation, expiry and suspension reach an open connection within a
-    /// ping interval: the key is checked again at every ping.
+    /// ping interval: the key is checked again at every ping, as proven
+    /// (`Caller::proven`): other clients' failed keys from the same address
+    /// lock that address out for new keys, not this connection.
     async fn key_refused(&mut self) -> Option<String> {
-        let caller = self.auth.as_ref()?.caller.clone();
+        let caller = Caller {
+            proven: true,
+            ..self.auth.as_ref()?.caller.clone()
+        };
         let answer = self
             .app
             .submitter
