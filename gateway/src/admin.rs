@@ -120,10 +120,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Segment {
 
 fn only(map: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
     match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(ApiError::bad_request(format!(
-            "Unknown field {k}; allowed: {}.",
-            allowed.join(", ")
-        ))),
+        Some(k) => Err(crate::api::parse::unknown_name("field", k, allowed)),
         None => Ok(()),
     }
 }

@@ -289,6 +289,16 @@ impl<'de> Deserialize<'de> for Top<'de> {
     }
 }
 
+/// The refusal of a name (`what`: "query parameter", "field") that is not
+/// one of `allowed`, listing those that are, or saying there are none.
+pub fn unknown_name(what: &str, name: &str, allowed: &[&str]) -> ApiError {
+    ApiError::bad_request(if allowed.is_empty() {
+        format!("Unknown {what} {name}: this request takes none.")
+    } else {
+        format!("Unknown {what} {name}; allowed: {}.", allowed.join(", "))
+    })
+}
+
 /// Query parameters as given, refusing unknown names.
 pub struct Params(BTreeMap<String, String>);
 
@@ -301,10 +311,7 @@ impl Params {
             let name = decode(name)?;
             let value = decode(value)?;
             if !allowed.contains(&name.as_str()) {
-                return Err(ApiError::bad_request(format!(
-                    "Unknown query parameter {name}; allowed: {}.",
-                    allowed.join(", ")
-                )));
+                return Err(unknown_name("query parameter", &name, allowed));
             }
             if map.insert(name.clone(), value).is_some() {
                 return Err(ApiError::bad_request(format!(
@@ -770,7 +777,20 @@ mod tests {
         .unwrap();
         assert_eq!(params.bounded("limit", 1, 500).unwrap(), Some(5));
         assert_eq!(params.cursor().unwrap(), Some(12));
-        assert!(Params::parse(Some("nope=1"), &["limit"]).is_err());
+        let nope = |allowed: &[&str]| {
+            Params::parse(Some("nope=1"), allowed)
+                .err()
+                .unwrap()
+                .message
+        };
+        assert_eq!(
+            nope(&["limit"]),
+            "Unknown query parameter nope; allowed: limit."
+        );
+        assert_eq!(
+            nope(&[]),
+            "Unknown query parameter nope: this request takes none."
+        );
         assert!(Params::parse(Some("limit=1&limit=2"), &["limit"]).is_err());
         let bad = Params::parse(Some("limit=501&cursor=x1"), &["limit", "cursor"]).unwrap();
         assert!(bad.bounded("limit", 1, 500).is_err());
