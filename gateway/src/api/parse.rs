@@ -60,27 +60,51 @@ pub fn order_body(bytes: &[u8]) -> Result<OrderBody, ApiError> {
         object,
         fields,
         unknown,
-    } = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("The body is not valid JSON: {e}.")))?;
+    } = serde_json::from_slice(bytes).map_err(not_json)?;
     if !object {
-        return Err(ApiError::bad_request("The body must be a JSON object."));
+        return Err(not_object());
     }
     if let Some(unknown) = unknown {
-        return Err(ApiError::bad_request(format!(
-            "Unknown field {unknown}: the order body allows no other properties."
-        )));
+        return Err(unknown_field(&unknown));
     }
-    let field = |name: &str| {
-        ORDER_FIELDS
-            .iter()
-            .position(|f| *f == name)
-            .and_then(|at| fields[at].as_ref())
-    };
-    let text = |name: &str, required: bool| -> Result<Option<&str>, ApiError> {
+    order_fields(|name| {
+        let at = ORDER_FIELDS.iter().position(|f| *f == name)?;
+        fields[at].as_ref().map(|value| match value {
+            Scalar::Str(s) => Field::Str(s),
+            Scalar::Bool(b) => Field::Bool(*b),
+            Scalar::Other => Field::Other,
+        })
+    })
+}
+
+fn not_json(e: serde_json::Error) -> ApiError {
+    ApiError::bad_request(format!("The body is not valid JSON: {e}."))
+}
+
+fn not_object() -> ApiError {
+    ApiError::bad_request("The body must be a JSON object.")
+}
+
+fn unknown_field(name: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "Unknown field {name}: the order body allows no other properties."
+    ))
+}
+
+/// A field of an order body as its checks see it.
+enum Field<'a> {
+    Str(&'a str),
+    Bool(bool),
+    Other,
+}
+
+/// Checks an order's fields, each found by `field`, in a fixed order.
+fn order_fields<'a>(field: impl Fn(&str) -> Option<Field<'a>>) -> Result<OrderBody, ApiError> {
+    let text = |name: &str, required: bool| -> Result<Option<&'a str>, ApiError> {
         match field(name) {
             None if required => Err(ApiError::bad_request(format!("Missing field {name}."))),
             None => Ok(None),
-            Some(Scalar::Str(s)) => Ok(Some(s)),
+            Some(Field::Str(s)) => Ok(Some(s)),
             Some(_) => Err(ApiError::bad_request(format!(
                 "Field {name} must be a string."
             ))),
@@ -115,7 +139,7 @@ pub fn order_body(bytes: &[u8]) -> Result<OrderBody, ApiError> {
     };
     let post_only = match field("post_only") {
         None => false,
-        Some(Scalar::Bool(b)) => *b,
+        Some(Field::Bool(b)) => b,
         Some(_) => return Err(ApiError::bad_request("Field post_only must be a boolean.")),
     };
     let client_order_id = ClientOrderId::new(text("client_order_id", true)?.unwrap_or_default())
@@ -444,72 +468,19 @@ mod tests {
     /// The parser before it read fields in place: the body into a
     /// `Value`, then checked. The oracle of the differential test.
     fn order_body_by_value(bytes: &[u8]) -> Result<OrderBody, ApiError> {
-        let value: Value = serde_json::from_slice(bytes)
-            .map_err(|e| ApiError::bad_request(format!("The body is not valid JSON: {e}.")))?;
+        let value: Value = serde_json::from_slice(bytes).map_err(not_json)?;
         let Value::Object(map) = value else {
-            return Err(ApiError::bad_request("The body must be a JSON object."));
+            return Err(not_object());
         };
         if let Some(unknown) = map.keys().find(|k| !ORDER_FIELDS.contains(&k.as_str())) {
-            return Err(ApiError::bad_request(format!(
-                "Unknown field {unknown}: the order body allows no other properties."
-            )));
+            return Err(unknown_field(unknown));
         }
-        let text = |field: &str, required: bool| -> Result<Option<&str>, ApiError> {
-            match map.get(field) {
-                None if required => Err(ApiError::bad_request(format!("Missing field {field}."))),
-                None => Ok(None),
-                Some(Value::String(s)) => Ok(Some(s.as_str())),
-                Some(_) => Err(ApiError::bad_request(format!(
-                    "Field {field} must be a string."
-                ))),
-            }
-        };
-        let market_ticker = text("market_ticker", true)?.unwrap_or_default();
-        if !is_market_ticker(market_ticker) {
-            return Err(ApiError::bad_request(
-                "Field market_ticker does not match the market ticker pattern.",
-            ));
-        }
-        let outcome = Outcome::parse(text("outcome", true)?.unwrap_or_default())
-            .ok_or_else(|| ApiError::bad_request("Field outcome must be up or down."))?;
-        let action = Action::parse(text("action", true)?.unwrap_or_default())
-            .ok_or_else(|| ApiError::bad_request("Field action must be buy or sell."))?;
-        let price = parse_price(text("price", true)?.unwrap_or_default())
-            .ok_or_else(|| ApiError::bad_request(PRICE_REFUSAL))?;
-        let count_text = text("count", true)?.unwrap_or_default();
-        let count = parse_count(count_text).ok_or_else(|| {
-            ApiError::bad_request(
-                "Field count must be a string of whole contracts, such as \"10\".",
-            )
-        })?;
-        if !count_in_range(count) {
-            return Err(ApiError::bad_request(count_refusal()));
-        }
-        let time_in_force = match text("time_in_force", false)? {
-            None => TimeInForce::GoodTillCanceled,
-            Some(t) => TimeInForce::parse(t).ok_or_else(|| {
-                ApiError::bad_request(
-                    "Field time_in_force must be good_till_canceled or immediate_or_cancel.",
-                )
-            })?,
-        };
-        let post_only = match map.get("post_only") {
-            None => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(ApiError::bad_request("Field post_only must be a boolean.")),
-        };
-        let client_order_id =
-            ClientOrderId::new(text("client_order_id", true)?.unwrap_or_default())
-                .ok_or_else(|| ApiError::bad_request(CLIENT_ORDER_ID_REFUSAL))?;
-        Ok(OrderBody {
-            market_ticker: market_ticker.to_string(),
-            outcome,
-            action,
-            price,
-            count: count as u32,
-            time_in_force,
-            post_only,
-            client_order_id,
+        order_fields(|name| {
+            map.get(name).map(|value| match value {
+                Value::String(s) => Field::Str(s),
+                Value::Bool(b) => Field::Bool(*b),
+                _ => Field::Other,
+            })
         })
     }
 
