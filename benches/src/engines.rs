@@ -273,6 +273,7 @@ pub fn run_journaled(
             segment_bytes,
             durability,
             truncate_on_corruption: false,
+            keep_through: 0,
         },
         snapshot_dir: None,
         venue: flow.venue.clone(),

@@ -36,14 +36,44 @@ pub enum StartError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("the journal could not be opened: {0}")]
-    Node(#[from] replay::NodeError),
+    /// The node's error is shown in the message, not as a source too (the
+    /// CLI prints sources after the message: it was said twice).
+    #[error("the journal could not be opened: {0}{hint}", hint = truncate_hint(.0))]
+    Node(replay::NodeError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
         source: std::io::Error,
     },
 }
+
+impl From<replay::NodeError> for StartError {
+    fn from(e: replay::NodeError) -> Self {
+        StartError::Node(e)
+    }
+}
+
+/// For damage that only a cut can get past: the option that cuts.
+fn truncate_hint(e: &replay::NodeError) -> &'static str {
+    use journal::JournalError as J;
+    use replay::{NodeError as N, ReplayError as R};
+    let damage = |j: &J| {
+        matches!(
+            j,
+            J::Corrupt { .. }
+                | J::SeqGap { .. }
+                | J::MissingSegment { .. }
+                | J::CutWouldDrop { .. }
+        )
+    };
+    match e {
+        N::Journal(j) | N::Replay(R::Journal(j)) if damage(j) => TRUNCATE_HINT,
+        N::SnapshotAhead { .. } => TRUNCATE_HINT,
+        _ => "",
+    }
+}
+
+const TRUNCATE_HINT: &str = ". To continue from the journal as it can be read, cutting it at the damage and setting aside snapshots past the cut (their commands are lost), start with --truncate-corrupt-journal (or truncate_corrupt_journal = true in the configuration); keep a copy of the data directory first";
 
 /// A running venue.
 pub struct Server {
@@ -170,6 +200,7 @@ impl Server {
                 .recovery
                 .truncated_tail
                 .as_ref()
+                .filter(|t| t.kind == journal::ProblemKind::TornTail)
                 .map_or(String::new(), |t| format!(
                     ", torn tail cut at {} offset {} ({} bytes)",
                     t.segment.display(),
@@ -182,6 +213,34 @@ impl Server {
                 .map_or(String::new(), |s| format!(" after snapshot {s}")),
         );
         tracing::info!("{open_report}");
+        if let Some(cut) = report
+            .recovery
+            .truncated_tail
+            .as_ref()
+            .filter(|t| t.kind != journal::ProblemKind::TornTail)
+        {
+            // Not a crash's leftover: acknowledged commands may be gone.
+            let removed: Vec<String> = cut
+                .segments_removed
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            tracing::warn!(
+                "journal cut at damage (--truncate-corrupt-journal): {} byte offset {} ({}); \
+                 the rest of that segment ({} bytes) and {} later segment(s) [{}] are gone, \
+                 with every command they held; the journal now ends at seq {}",
+                cut.segment.display(),
+                cut.offset,
+                cut.reason,
+                cut.bytes_dropped,
+                removed.len(),
+                removed.join(", "),
+                report
+                    .recovery
+                    .last_seq
+                    .map_or_else(|| "none".to_string(), |s| s.to_string()),
+            );
+        }
         for stale in &report.stale_snapshots {
             tracing::warn!(
                 "set aside a snapshot past the end of the cut journal: {}",

@@ -33,6 +33,20 @@ pub enum JournalError {
         reason: String,
     },
 
+    /// The last record looks torn, but cutting it would drop records known
+    /// to be acknowledged: damage, not a crash's leftover. Nothing changed.
+    #[error(
+        "the journal's last record, at {}, byte offset {offset}, is damaged ({reason}); cutting it would leave the journal at seq {kept}, but records through seq {keep_through} were acknowledged (a snapshot holds them): refusing to change the journal",
+        segment.display()
+    )]
+    CutWouldDrop {
+        segment: PathBuf,
+        offset: u64,
+        reason: String,
+        kept: u64,
+        keep_through: u64,
+    },
+
     /// Valid records whose sequence numbers do not follow each other.
     #[error(
         "sequence gap in journal at {}, byte offset {offset}: expected seq {expected}, found {found}",

@@ -47,8 +47,14 @@ pub struct JournalConfig {
     pub durability: Durability,
     /// When true, damage in the middle of the log (bad record, sequence gap,
     /// missing segment, bad segment header) makes open cut the journal back to
-    /// the last good record instead of failing. A torn tail is always cut.
+    /// the last good record instead of failing. A torn tail is always cut,
+    /// unless cutting it would drop a record through `keep_through`.
     pub truncate_on_corruption: bool,
+    /// Records through this seq are known to be acknowledged (a snapshot
+    /// holds them; 0 when nothing is known). A torn tail whose cut would
+    /// drop one of them is damage, not a crash's leftover: open refuses,
+    /// unless `truncate_on_corruption`, and changes nothing.
+    pub keep_through: u64,
 }
 
 impl JournalConfig {
@@ -60,6 +66,7 @@ impl JournalConfig {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             durability: Durability::GroupCommit,
             truncate_on_corruption: false,
+            keep_through: 0,
         }
     }
 }
@@ -158,6 +165,7 @@ impl Journal {
             segment_bytes,
             durability,
             truncate_on_corruption,
+            keep_through,
         } = config;
         if segment_bytes < SEGMENT_SIZE_UNIT || !segment_bytes.is_multiple_of(SEGMENT_SIZE_UNIT) {
             return Err(JournalError::Invalid(format!(
@@ -215,6 +223,16 @@ impl Journal {
             if !is_torn && !truncate_on_corruption {
                 let next_present = found.segments.get(f.seg_pos).map(|s| s.path.as_path());
                 return Err(f.problem.to_error(next_present));
+            }
+            let kept = found.last_seq.unwrap_or(0);
+            if kept < keep_through && !truncate_on_corruption {
+                return Err(JournalError::CutWouldDrop {
+                    segment: f.problem.segment,
+                    offset: f.problem.offset,
+                    reason: f.problem.reason,
+                    kept,
+                    keep_through,
+                });
             }
             let (bytes_dropped, segments_removed) =
                 cut(&dir, &found.segments, f.seg_pos, f.problem.offset)?;

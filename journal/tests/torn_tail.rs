@@ -204,3 +204,56 @@ fn bad_record_followed_by_a_valid_one_is_not_a_torn_tail() {
     assert_eq!((p.kind, p.offset), (ProblemKind::Corrupt, off));
     assert_eq!(report.last_seq, Some(victim.seq - 1));
 }
+
+/// A torn last record that the opener knows was acknowledged (`keep_through`,
+/// a snapshot's seq) is damage: open refuses and leaves every byte as it
+/// was; allowed to truncate, it cuts; known only up to the record before,
+/// it cuts as any torn tail.
+#[test]
+fn a_torn_record_known_to_be_acknowledged_is_refused_and_left_alone() {
+    let base = tempfile::tempdir().unwrap();
+    let n = 300;
+    let (segment, rec_off, rec_len) = build(base.path(), n);
+    let rec_off = rec_off as usize;
+    patch_file(&seg_path(base.path(), segment), |b| {
+        b[rec_off + rec_len / 2..rec_off + rec_len].fill(0)
+    });
+    let before = std::fs::read(seg_path(base.path(), segment)).unwrap();
+    let mut known = config(base.path(), SEG);
+    known.keep_through = n;
+    match Journal::open(known.clone()) {
+        Err(JournalError::CutWouldDrop {
+            segment: s,
+            offset,
+            kept,
+            keep_through,
+            ..
+        }) => {
+            assert_eq!(s, seg_path(base.path(), segment));
+            assert_eq!((offset, kept, keep_through), (rec_off as u64, n - 1, n));
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|(_, r)| r)),
+    }
+    assert_eq!(
+        std::fs::read(seg_path(base.path(), segment)).unwrap(),
+        before
+    );
+    let report = journal::verify(base.path()).unwrap();
+    assert_eq!(report.problem.map(|p| p.kind), Some(ProblemKind::TornTail));
+
+    for (keep_through, truncate) in [(n, true), (n - 1, false)] {
+        let work = tempfile::tempdir().unwrap();
+        copy_dir(base.path(), work.path());
+        let mut cfg = config(work.path(), SEG);
+        cfg.keep_through = keep_through;
+        cfg.truncate_on_corruption = truncate;
+        let (j, rec) = Journal::open(cfg).unwrap();
+        assert_eq!(
+            rec.last_seq,
+            Some(n - 1),
+            "keep {keep_through} truncate {truncate}"
+        );
+        assert!(rec.truncated_tail.is_some());
+        j.close().unwrap();
+    }
+}

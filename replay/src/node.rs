@@ -49,8 +49,8 @@ pub enum NodeError {
     },
     #[error(
         "snapshot {} holds seq {seq} but the journal ends at seq {journal_end}: acknowledged commands are missing \
-         from the journal (a lost segment or tail); refusing to start. Start with truncation allowed to continue \
-         from the journal as it is (the snapshots past its end are set aside as .stale)",
+         from the journal (a lost segment or tail); refusing to start. Opened with truncation allowed, the node \
+         continues from the journal as it is and sets the snapshots past its end aside as .stale",
         path.display()
     )]
     SnapshotAhead {
@@ -224,9 +224,18 @@ impl Node {
     /// Opens the journal (cutting a torn tail), rebuilds the state from the
     /// newest snapshot and the journal, and on a new journal writes the
     /// venue configuration as its first command at `now_ms`.
-    pub fn open(config: NodeConfig, now_ms: u64) -> Result<(Node, OpenReport), NodeError> {
+    pub fn open(mut config: NodeConfig, now_ms: u64) -> Result<(Node, OpenReport), NodeError> {
         let journal_dir = config.journal.dir.clone();
         let truncate = config.journal.truncate_on_corruption;
+        // What the newest snapshot holds was acknowledged: the journal may
+        // not cut it away as a torn tail (it refuses, changing nothing).
+        if let Some((newest, _)) = config
+            .snapshot_dir
+            .as_deref()
+            .and_then(|d| snapshot::list(d).into_iter().next())
+        {
+            config.journal.keep_through = config.journal.keep_through.max(newest);
+        }
         let (journal, recovery) = Journal::open(config.journal)?;
         // A snapshot past the journal's end (the journal was cut back after
         // damage) describes commands that are no longer recorded: never

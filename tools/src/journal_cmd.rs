@@ -698,7 +698,7 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
             _ => "no valid record before it".into(),
         };
         let note = if p.kind == ProblemKind::TornTail {
-            "; the next open cuts it off (on a journal being written this can also be a record still in flight)"
+            "; the next open cuts it off, unless a snapshot holds it (then it is damage: start-up refuses) (on a journal being written this can also be a record still in flight)"
         } else {
             ""
         };
@@ -716,7 +716,7 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
                 "DAMAGED: {kind} in segment {} at byte offset {}: {}",
                 p.segment.display(),
                 p.offset,
-                p.reason
+                p.reason.strip_prefix("torn tail: ").unwrap_or(&p.reason)
             );
             println!("{good}{note}");
         }

@@ -364,6 +364,60 @@ fn a_flipped_bit_in_the_very_last_record_is_cut_as_a_torn_tail_and_reported() {
     );
 }
 
+/// A damaged last record that a snapshot holds was acknowledged: start-up
+/// refuses, names the damage and the option that cuts, and changes no byte
+/// of the journal (it used to cut the record as a torn tail first, and
+/// then refuse on the snapshot, leaving a clean-looking journal without
+/// the acknowledged command). With the option, it cuts and sets the
+/// snapshot aside.
+#[test]
+fn a_damaged_record_a_snapshot_holds_is_refused_and_the_journal_left_as_it_was() {
+    let work = work();
+    let data = work.data("held");
+    let written = Offline {
+        orders: 200,
+        ..Offline::default()
+    }
+    .write(&data);
+    let (ok, out, err) = updown(&["snapshot", "--data-dir", data.to_str().unwrap()]);
+    assert!(ok, "{out}{err}");
+    let segment = segments(&data.join("journal")).pop().expect("segment");
+    let last = *records(&segment).last().expect("records");
+    assert_eq!(last.seq, written.last_seq);
+    assert_eq!(
+        replay::snapshot::list(&data.join("snapshots"))[0].0,
+        last.seq
+    );
+    flip(&segment, last.offset + 40, 0x01);
+    let before = std::fs::read(&segment).expect("read");
+    let stderr = refuses(&work, &data);
+    for part in [
+        file_name(&segment).as_str(),
+        &format!("byte offset {}", last.offset),
+        "acknowledged",
+        "--truncate-corrupt-journal",
+    ] {
+        assert!(stderr.contains(part), "should name {part:?}: {stderr}");
+    }
+    assert_eq!(
+        stderr.matches("is damaged").count(),
+        1,
+        "the cause is said once: {stderr}"
+    );
+    assert!(
+        std::fs::read(&segment).expect("read") == before,
+        "the journal was changed"
+    );
+    verify_names(&data, &[&file_name(&segment)]);
+
+    let mut serve = work.launch(&data).arg("--truncate-corrupt-journal").start();
+    assert!(serve.sigterm().success());
+    assert_eq!(
+        replayed_hash(&data.join("journal"), Until::Seq(written.last_seq - 1)).0,
+        written.last_seq - 1
+    );
+}
+
 #[test]
 fn a_missing_segment_is_refused_by_name_unless_a_snapshot_covers_the_start() {
     let work = work();

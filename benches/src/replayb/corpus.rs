@@ -191,6 +191,7 @@ pub fn corpus(config: &Config, log: &mut dyn io::Write) -> io::Result<Corpus> {
             segment_bytes: 256 << 20,
             durability: Durability::Never,
             truncate_on_corruption: false,
+            keep_through: 0,
         },
         snapshot_dir: Some(dir.join("snapshots")),
         venue: VenueConfig::default(),

@@ -15,6 +15,7 @@ pub fn config(dir: &Path, segment_bytes: u64) -> JournalConfig {
         segment_bytes,
         durability: Durability::GroupCommit,
         truncate_on_corruption: false,
+        keep_through: 0,
     }
 }
 
