@@ -52,8 +52,10 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "TICKER")]
     market: Vec<String>,
     /// Compare with another journal (a data directory or a journal
-    /// directory): report the first seq whose events differ. Always
-    /// replays both from their first record.
+    /// directory): report the first seq whose events differ, and the first
+    /// whose command differs with the same events (another stamp, a
+    /// client_order_id). IDENTICAL exits 0; DIFFERENT and SAME EVENTS exit
+    /// 1. Always replays both from their first record.
     #[arg(long, value_name = "DIR")]
     compare: Option<PathBuf>,
     /// Show a progress line on stderr even when it is not a terminal.
@@ -181,6 +183,20 @@ fn rebuild(
         eprintln!("warning: skipped a damaged snapshot: {skipped}");
     }
     let reached = outcome.state.last_seq;
+    if let Some(from) = outcome.from_snapshot {
+        // A snapshot is written only once the journal holds its seq: one
+        // past the journal's last readable record means records are gone.
+        let journal_end = crate::scan::last_seq(journal).ok().flatten().unwrap_or(0);
+        if journal_end < from {
+            eprintln!(
+                "warning: the state comes from snapshot {from}, but the journal {} ends at seq {journal_end}: \
+                 records {} .. {from}, acknowledged, are missing from it (a lost segment or tail; \
+                 `updown journal verify` and `updown serve` refuse it)",
+                journal.display(),
+                journal_end + 1
+            );
+        }
+    }
     match until {
         Until::Seq(s) if reached < s => bail!(
             "the journal {} ends at seq {reached}, before seq {s}",
@@ -200,7 +216,13 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     let journal = args.source.checked_journal_dir()?;
     let until = until_of(args.until_seq, args.until_time);
     if let Some(other) = &args.compare {
-        return compare(&journal, &other_journal(other), until, args.progress);
+        return compare(
+            &journal,
+            &other_journal(other),
+            until,
+            args.progress,
+            args.json,
+        );
     }
     let snapshots = args.source.snapshot_dir();
     let (outcome, secs) = rebuild(&journal, snapshots.as_deref(), until, args.progress)?;
@@ -332,6 +354,12 @@ fn summary_text(v: &Value, state: &State) -> String {
         "  rebuilt from {from}{applied} journal records in {secs:.2}s ({:.0} commands/s)\n",
         applied as f64 / secs.max(1e-9)
     ));
+    if let Some(s) = v["from_snapshot"].as_u64() {
+        t.push_str(&format!(
+            "  (the records up to seq {s} were not read: `updown journal verify` checks them, \
+             `--no-snapshots` replays them)\n"
+        ));
+    }
     let pause = if state.is_paused() {
         match state.pause.and_then(|p| p.until_ts_ms) {
             Some(u) => format!("paused until {}", iso(u)),
@@ -572,7 +600,7 @@ fn command_at(journal: &Path, seq: u64) -> String {
     }
 }
 
-fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool) -> Result<()> {
+fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool, json: bool) -> Result<()> {
     if !b.is_dir() {
         bail!("no journal at {}", b.display());
     }
@@ -594,27 +622,32 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool) -> Result<()
         _ => crate::scan::last_seq(a).ok().flatten(),
     };
     let mut progress = Progress::new(forced_progress, target, "comparing:");
-    let mut same = 0u64;
-    // How the walk stopped: a difference, the end of one stream while the
-    // other goes on with `goes_on`, or the end of both.
+    // Commands whose events are the same: compared up to the first seq
+    // whose events differ, which is what the comparison reports; the first
+    // command that differs without changing its events (another stamp, a
+    // client_order_id) is reported beside it.
+    let mut same_events = 0u64;
+    let mut first_command_difference = None::<u64>;
+    // How the walk stopped: at events that differ, at the end of one
+    // stream while the other goes on with `goes_on`, or at the end of both.
     enum Stop {
-        Differ(String, u64),
+        EventsDiffer { seq: u64, commands_too: bool },
         Ended { a_ended: bool, goes_on: u64 },
         Both,
     }
     let stop = loop {
         match (pa.next(), pb.next()) {
             (Some((sa, ca, ea)), Some((sb, cb, eb))) => {
-                if sa != sb || ca != cb || ea != eb {
-                    let seq = sa.min(sb);
-                    let what = match (ca == cb, ea == eb) {
-                        (false, false) => "the commands differ, and so do their events",
-                        (false, true) => "the commands differ (their events are the same)",
-                        _ => "the events of that command differ",
+                if sa != sb || ea != eb {
+                    break Stop::EventsDiffer {
+                        seq: sa.min(sb),
+                        commands_too: ca != cb,
                     };
-                    break Stop::Differ(format!("first difference at seq {seq}: {what}"), seq);
                 }
-                same += 1;
+                if ca != cb {
+                    first_command_difference.get_or_insert(sa);
+                }
+                same_events += 1;
                 progress.tick(sa);
             }
             (None, None) => break Stop::Both,
@@ -638,13 +671,32 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool) -> Result<()
     let read = |thread: std::thread::JoinHandle<Result<(u64, u64, u64)>>, journal: &Path| {
         ended(thread).map_err(|e| {
             anyhow!(
-                "cannot compare past seq {same}: {} could not be replayed further: {e:#}",
+                "cannot compare past seq {same_events}: {} could not be replayed further: {e:#}",
                 journal.display()
             )
         })
     };
-    let (message, seq) = match stop {
-        Stop::Differ(message, seq) => (message, seq),
+    let mut report = json!({
+        "a": a.display().to_string(),
+        "b": b.display().to_string(),
+        "commands_with_the_same_events": same_events,
+        "first_command_difference_seq": first_command_difference,
+    });
+    let mut lines = Vec::new();
+    let differs_at = match stop {
+        Stop::EventsDiffer { seq, commands_too } => {
+            report["result"] = "different".into();
+            report["first_event_difference_seq"] = seq.into();
+            lines.push(format!(
+                "DIFFERENT: the events first differ at seq {seq}{}",
+                if commands_too {
+                    " (and so do the commands)"
+                } else {
+                    " (the commands are the same: the states had diverged)"
+                }
+            ));
+            Some(seq)
+        }
         Stop::Ended { a_ended, goes_on } => {
             let (short, thread, long) = if a_ended {
                 (a, thread_a, b)
@@ -652,48 +704,97 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool) -> Result<()
                 (b, thread_b, a)
             };
             read(thread, short)?;
-            (
-                format!(
-                    "{} ends after seq {}; {} goes on with seq {goes_on}",
-                    short.display(),
-                    goes_on - 1,
-                    long.display()
-                ),
-                goes_on,
-            )
+            report["result"] = "different".into();
+            report["ends_after_seq"] = (goes_on - 1).into();
+            report["shorter"] = short.display().to_string().into();
+            lines.push(format!(
+                "DIFFERENT: {} ends after seq {}; {} goes on with seq {goes_on}",
+                short.display(),
+                goes_on - 1,
+                long.display()
+            ));
+            Some(goes_on)
         }
         Stop::Both => {
             let ra = read(thread_a, a)?;
             let rb = read(thread_b, b)?;
+            report["through_seq"] = ra.0.into();
+            report["state_hash"] = json!([hex64(ra.1), hex64(rb.1)]);
+            report["event_hash"] = json!([hex64(ra.2), hex64(rb.2)]);
             if ra != rb {
-                println!(
-                    "DIFFERENT: the commands and events agree for every seq but the final states differ: {} has state hash {}, {} has {}",
+                report["result"] = "different".into();
+                lines.push(format!(
+                    "DIFFERENT: the events agree for every seq but the final states differ: {} has state hash {}, {} has {}",
                     a.display(),
                     hex64(ra.1),
                     b.display(),
                     hex64(rb.1)
-                );
-                bail!("the journals' final states differ");
+                ));
+            } else if first_command_difference.is_some() {
+                report["result"] = "same events".into();
+                lines.push(format!(
+                    "SAME EVENTS: no seq's events differ through seq {}; state hash {}, event hash {}",
+                    ra.0,
+                    hex64(ra.1),
+                    hex64(ra.2)
+                ));
+            } else {
+                report["result"] = "identical".into();
+                lines.push(format!(
+                    "IDENTICAL: {same_events} commands, the same and with the same events, through seq {}; state hash {}, event hash {}",
+                    ra.0,
+                    hex64(ra.1),
+                    hex64(ra.2)
+                ));
             }
-            println!(
-                "IDENTICAL: {same} commands, the same and with the same events, through seq {}; state hash {}, event hash {}",
-                ra.0,
-                hex64(ra.1),
-                hex64(ra.2)
-            );
-            return Ok(());
+            None
         }
     };
-    println!("DIFFERENT: {message}");
-    println!("  identical commands and events for {same} commands before it");
-    println!("  {}: {}", a.display(), command_at(a, seq));
-    println!("  {}: {}", b.display(), command_at(b, seq));
-    println!(
-        "  see both with: updown journal dump --journal DIR --from-seq {seq} --to-seq {seq} --events"
-    );
+    if differs_at.is_some() {
+        lines.push(format!(
+            "  the same events for the {same_events} commands before it"
+        ));
+    }
+    if let Some(c) = first_command_difference {
+        lines.push(format!(
+            "  the commands first differ at seq {c}, with the same events (a stamp, a client_order_id, ...)"
+        ));
+    }
+    for seq in differs_at.iter().chain(first_command_difference.iter()) {
+        lines.push(format!(
+            "  seq {seq} in {}: {}",
+            a.display(),
+            command_at(a, *seq)
+        ));
+        lines.push(format!(
+            "  seq {seq} in {}: {}",
+            b.display(),
+            command_at(b, *seq)
+        ));
+    }
+    if let Some(seq) = differs_at.or(first_command_difference) {
+        lines.push(format!(
+            "  see both with: updown journal dump --journal DIR --from-seq {seq} --to-seq {seq} --events"
+        ));
+    }
+    if json {
+        println!("{report}");
+    } else {
+        for line in lines {
+            println!("{line}");
+        }
+    }
     // The replays may still be running past the difference; the process
     // exits without waiting for them.
-    bail!("the journals differ at seq {seq}")
+    match (differs_at, report["result"].as_str()) {
+        (Some(seq), _) => bail!("the journals differ at seq {seq}"),
+        (None, Some("different")) => bail!("the journals' final states differ"),
+        (None, Some("same events")) => bail!(
+            "the journals' commands differ (first at seq {}) but not their events",
+            first_command_difference.unwrap_or_default()
+        ),
+        _ => Ok(()),
+    }
 }
 
 pub fn snapshot_cmd(args: SnapshotArgs) -> Result<()> {

@@ -815,7 +815,7 @@ fn simulated_journal_every_subcommand() {
     let (ok, out, err) = updown(&["replay", "--data-dir", d, "--compare", p(other.path())]);
     assert!(!ok, "{out}");
     assert!(
-        out.contains(&format!("first difference at seq {diverge_at}")),
+        out.contains(&format!("events first differ at seq {diverge_at}")),
         "{out}"
     );
     assert!(out.contains("deposit"), "{out}");
@@ -848,14 +848,46 @@ fn simulated_journal_every_subcommand() {
         copy.commit().unwrap();
         renamed_at.expect("an order to rename")
     };
-    let (ok, out, _) = updown(&["replay", "--data-dir", d, "--compare", p(renamed.path())]);
+    // What the comparison reports is the first seq whose events differ:
+    // none here; the command that differs is named beside it.
+    // (Up to a seq both journals hold: the original has five more
+    // commands at its end.)
+    let until = (renamed_at + 100).to_string();
+    let (ok, out, _) = updown(&[
+        "replay",
+        "--data-dir",
+        d,
+        "--compare",
+        p(renamed.path()),
+        "--until-seq",
+        &until,
+    ]);
     assert!(!ok, "{out}");
+    assert!(out.starts_with("SAME EVENTS"), "{out}");
     assert!(
         out.contains(&format!(
-            "first difference at seq {renamed_at}: the commands differ"
+            "the commands first differ at seq {renamed_at}, with the same events"
         )),
         "{out}"
     );
+    let (ok, out, _) = updown(&[
+        "replay",
+        "--data-dir",
+        d,
+        "--compare",
+        p(renamed.path()),
+        "--until-seq",
+        &until,
+        "--json",
+    ]);
+    assert!(!ok);
+    let report: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON document");
+    assert_eq!(report["result"], "same events", "{report}");
+    assert_eq!(report["first_command_difference_seq"], renamed_at);
+    assert!(report["first_event_difference_seq"].is_null(), "{report}");
+    let same = updown_ok(&["replay", "--data-dir", d, "--compare", d, "--json"]);
+    let report: serde_json::Value = serde_json::from_str(same.trim()).expect("one JSON document");
+    assert_eq!(report["result"], "identical", "{report}");
 
     // A damaged journal: verify names the segment and offset and fails;
     // dump prints what comes before and stops with the same place.

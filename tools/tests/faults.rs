@@ -510,6 +510,16 @@ fn a_missing_last_segment_is_refused_when_a_snapshot_proves_it_existed() {
     std::fs::remove_file(last).expect("remove");
     let stderr = refuses(&work, &data);
     assert!(stderr.contains(&newest.to_string()), "{stderr}");
+    // The auditor's tools say so too: verify fails naming the snapshot,
+    // replay warns that the journal lacks what the snapshot holds.
+    verify_names(&data, &["records missing", &newest.to_string()]);
+    let (ok, out, err) = updown(&["replay", "--data-dir", data.to_str().unwrap()]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        err.contains("warning") && err.contains("are missing"),
+        "replay warns: {err}"
+    );
+    assert!(out.contains("were not read"), "{out}");
     let _ = written;
 }
 
