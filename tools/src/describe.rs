@@ -153,7 +153,8 @@ fn limits_text(l: &KeyLimits) -> String {
         parts.push(format!("series={}", s.join(",")));
     }
     if parts.is_empty() {
-        "no_limits".into()
+        // None given: a trade key then gets the venue's defaults.
+        "limits=default".into()
     } else {
         parts.join(" ")
     }

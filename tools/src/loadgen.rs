@@ -848,14 +848,14 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
         stats.rested, stats.crossed_and_traded
     );
     println!(
-        "websocket: {}/{} subscribers connected, {} data messages {:?}, {} missed (seq gaps), delivery from the send time p50 {} p99 {}",
+        "websocket: {}/{} subscribers connected, {} data messages {:?}, {} missed (seq gaps), delivery from the send time p50 {} ms p99 {} ms (whole milliseconds: the send stamp's resolution)",
         ws.connected,
         args.ws_subscribers,
         ws.data_messages(),
         ws.messages,
         ws.gaps,
-        report::human_us(ws_delay.value_at_percentile(50.0)),
-        report::human_us(ws_delay.value_at_percentile(99.0)),
+        ws_delay.value_at_percentile(50.0) / 1000,
+        ws_delay.value_at_percentile(99.0) / 1000,
     );
     for e in &ws.errors {
         println!("  websocket error: {e}");

@@ -79,6 +79,15 @@ pub struct SnapshotArgs {
 }
 
 /// A progress line on stderr: seq reached, rate, time left.
+/// `[#####-----]` for a share in percent, 30 marks wide.
+fn bar(pct: f64) -> String {
+    const WIDTH: usize = 30;
+    let filled = ((pct / 100.0) * WIDTH as f64)
+        .round()
+        .clamp(0.0, WIDTH as f64) as usize;
+    format!("[{}{}]", "#".repeat(filled), "-".repeat(WIDTH - filled))
+}
+
 struct Progress {
     enabled: bool,
     start: Instant,
@@ -127,9 +136,11 @@ impl Progress {
         if let Some(target) = self.target.filter(|&t| t >= seq) {
             let pct = done as f64 * 100.0 / (target + 1 - self.first_seq.unwrap_or(seq)) as f64;
             let left = (target - seq) as f64 / rate.max(1.0);
-            line.push_str(&format!(
-                " of {target} ({pct:.0}%), {rate:.0} commands/s, {left:.0}s left   "
-            ));
+            line = format!(
+                "\r{} {} seq {seq} of {target} ({pct:.0}%), {rate:.0} commands/s, {left:.0}s left   ",
+                self.label,
+                bar(pct)
+            );
         } else {
             line.push_str(&format!(", {rate:.0} commands/s   "));
         }
@@ -827,4 +838,19 @@ pub fn snapshot_cmd(args: SnapshotArgs) -> Result<()> {
         hex64(state.state_hash())
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_progress_bar_fills_with_the_share_done() {
+        let marks = |b: &str| (b.matches('#').count(), b.matches('-').count());
+        assert_eq!(marks(&bar(0.0)), (0, 30));
+        assert_eq!(marks(&bar(50.0)), (15, 15));
+        assert_eq!(marks(&bar(100.0)), (30, 0));
+        assert_eq!(marks(&bar(130.0)), (30, 0));
+        assert!(bar(10.0).starts_with("[###-") && bar(10.0).ends_with("-]"));
+    }
 }
