@@ -487,7 +487,7 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
         None => Vec::new(),
     };
     // The peak among whole buckets (a partial one of a few milliseconds
-    // says little), or among all when none is whole.
+    // says little), or among all when none is whole; the output says which.
     let faster =
         |a: &&(u64, u64, u64), b: &&(u64, u64, u64)| rate(a.1, a.2).total_cmp(&rate(b.1, b.2));
     let peak = rows
@@ -515,6 +515,10 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
             }))).collect::<Map<_, _>>(),
             "rejections": stats.rejections,
             "bucket_ms": bucket_ms,
+            "peak": peak.map(|&(t, n, covered)| json!({
+                "start_ts_ms": t, "start": iso(t), "commands": n, "covered_ms": covered,
+                "commands_per_second": rate(n, covered), "whole_bucket": covered == bucket_ms,
+            })),
             "buckets": rows.iter().map(|&(t, n, covered)| json!({
                 "start_ts_ms": t, "start": iso(t), "commands": n,
                 "covered_ms": covered,
@@ -528,6 +532,7 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
                     "header_error": s.header_error,
                     "records_read": counted.map_or(0, |c| c.0),
                     "last_seq_read": counted.map(|c| c.2),
+                    "bytes_used_through_last_read": counted.map(|c| c.3),
                 })
             }).collect::<Vec<_>>(),
         });
@@ -613,9 +618,14 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
     if let Some(&(t, n, covered)) = peak {
         writeln!(
             out,
-            "  peak {:.1} commands/s in the bucket at {}",
+            "  peak {:.1} commands/s in the bucket at {} ({})",
             rate(n, covered),
-            iso(t)
+            iso(t),
+            if covered == bucket_ms {
+                "among whole buckets: the first and last cover part of theirs"
+            } else {
+                "no bucket is whole"
+            }
         )?;
     }
     writeln!(out, "\nsegments:")?;
@@ -628,9 +638,17 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
         let first = s
             .first_seq
             .map_or_else(|| "?".to_string(), |f| f.to_string());
-        write!(out, "  {name}  {:>10}  first seq {first}", size(s.bytes))?;
-        if let Some((n, a, b)) = counted {
-            write!(out, ", {n} records read (seq {a} .. {b})")?;
+        write!(
+            out,
+            "  {name}  {:>10} file  first seq {first}",
+            size(s.bytes)
+        )?;
+        if let Some((n, a, b, end)) = counted {
+            write!(
+                out,
+                ", {n} records read (seq {a} .. {b}), {} used through the last",
+                size(*end)
+            )?;
         }
         if let Some(e) = &s.header_error {
             write!(out, "  BAD HEADER: {e}")?;

@@ -230,8 +230,9 @@ pub trait Sink {
     }
 }
 
-/// Records read per segment: (records, first seq, last seq).
-pub type SegmentCounts = BTreeMap<u64, (u64, u64, u64)>;
+/// Records read per segment: (records, first seq, last seq, byte offset
+/// where the last of them ends).
+pub type SegmentCounts = BTreeMap<u64, (u64, u64, u64, u64)>;
 
 /// A scan over a journal with a selection.
 pub struct Scanner {
@@ -333,9 +334,11 @@ impl Scanner {
                 }
             }
             self.read += 1;
-            let entry = self.segments.entry(segment).or_insert((0, seq, seq));
+            let end = offset + journal::format::record_len(record.payload.len()) as u64;
+            let entry = self.segments.entry(segment).or_insert((0, seq, seq, end));
             entry.0 += 1;
             entry.2 = seq;
+            entry.3 = end;
             // In raw mode a record outside the kinds is skipped undecoded,
             // unless its time is needed to know where to stop.
             if self.state.is_none()

@@ -584,9 +584,29 @@ fn simulated_journal_every_subcommand() {
         stats["segments"].as_array().unwrap().len(),
         segment_files(&journal_dir).len()
     );
+    // Each segment's bytes in use end where its last record ends, inside
+    // the preallocated file.
+    for seg in stats["segments"].as_array().unwrap() {
+        let used = seg["bytes_used_through_last_read"].as_u64().unwrap();
+        assert!(used > 64 && used <= seg["bytes"].as_u64().unwrap(), "{seg}");
+        assert_eq!(used % 16, 0, "{seg}");
+    }
+    // The peak is the fastest whole bucket, and says so.
+    let peak = &stats["peak"];
+    assert_eq!(peak["whole_bucket"], true, "{peak}");
+    let fastest_whole = buckets
+        .iter()
+        .filter(|b| b["covered_ms"] == bucket_ms)
+        .map(|b| b["commands_per_second"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert_eq!(peak["commands_per_second"].as_f64().unwrap(), fastest_whole);
     assert!(stats["markets"].as_object().unwrap().len() > 3);
     let text = updown_ok(&["journal", "stats", "--data-dir", d]);
     assert!(text.contains("by kind:") && text.contains("place_order") && text.contains(".seg"));
+    assert!(
+        text.contains("among whole buckets") && text.contains("used through the last"),
+        "{text}"
+    );
 
     // replay --until-seq N is the live state at N: hashes, book, account.
     for (&seq, c) in &run.checkpoints {
