@@ -115,8 +115,9 @@ enum KeyCommand {
 #[derive(Subcommand)]
 enum TradingCommand {
     Pause {
-        /// Epoch ms when the pause ends by itself.
-        #[arg(long)]
+        /// When the pause ends by itself: epoch ms or RFC 3339 (like
+        /// 2026-11-21T21:00:00Z).
+        #[arg(long, value_name = "TIME", value_parser = crate::timefmt::parse_time)]
         until: Option<u64>,
     },
     Resume,
@@ -353,11 +354,7 @@ fn table(value: &Value) -> String {
                 }
             }
         }
-        let cell = |row: &Value, c: &str| match &row[c] {
-            Value::String(s) => s.clone(),
-            Value::Null => "-".into(),
-            other => other.to_string(),
-        };
+        let cell = |row: &Value, c: &str| readable(c, &row[c]);
         let widths: Vec<usize> = columns
             .iter()
             .map(|c| {
@@ -392,18 +389,23 @@ fn table(value: &Value) -> String {
     match value.as_object() {
         Some(map) => map
             .iter()
-            .map(|(k, v)| {
-                format!(
-                    "{k}: {}\n",
-                    if let Value::String(s) = v {
-                        s.clone()
-                    } else {
-                        v.to_string()
-                    }
-                )
-            })
+            .map(|(k, v)| format!("{k}: {}\n", readable(k, v)))
             .collect(),
         None => format!("{value}\n"),
+    }
+}
+
+/// A value as a readable table shows it: strings bare, null as `-`, and a
+/// time in epoch milliseconds (a name ending in `ts_ms` or `time_ms`) as
+/// UTC, as the journal tools print times (`--json` keeps the number).
+fn readable(name: &str, value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        Value::Number(n) if name.ends_with("ts_ms") || name.ends_with("time_ms") => n
+            .as_u64()
+            .map_or_else(|| n.to_string(), crate::timefmt::iso),
+        other => other.to_string(),
     }
 }
 

@@ -167,6 +167,37 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
         (503, Some("TRADING_PAUSED"))
     );
     admin_json(d, &["trading", "resume"]);
+    // A pause's end may be given as RFC 3339 too, and readable output shows
+    // times as UTC, not epoch milliseconds.
+    admin_json(d, &["trading", "pause", "--until", "2099-01-01T00:00:00Z"]);
+    let (status, refused) = http(
+        &server.addr,
+        "POST",
+        "/portfolio/orders",
+        &secret_key,
+        Some(&body),
+    );
+    assert_eq!(status, 503, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("until 4070908800000"),
+        "{refused}"
+    );
+    admin_json(d, &["trading", "resume"]);
+    let (ok, text, err) = admin(d, &["key", "list", "--account", "1"]);
+    assert!(ok, "{err}");
+    assert!(
+        text.contains("Z ") || text.contains("Z\n"),
+        "times as UTC: {text}"
+    );
+    let longest_digits = text
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    assert!(longest_digits < 13, "no epoch milliseconds: {text}");
     admin_json(d, &["key", "revoke", &key_id]);
     let (status, revoked) = http(&server.addr, "GET", "/account", &secret_key, None);
     assert_eq!(
