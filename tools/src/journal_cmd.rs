@@ -314,6 +314,12 @@ fn dump(source: &Source, selection: &Selection, output: &Output, find: bool) -> 
             "{} matching records of {} read",
             scanner.matched, scanner.read
         );
+    } else if result.is_ok() && scanner.matched == 0 && selection.has_content_filter() {
+        // An empty answer and a misspelt ticker or id look alike otherwise.
+        eprintln!(
+            "no record of the {} read matches the selection (check the ticker, key or id given)",
+            scanner.read
+        );
     }
     result
 }

@@ -607,6 +607,17 @@ fn simulated_journal_every_subcommand() {
         text.contains("among whole buckets") && text.contains("used through the last"),
         "{text}"
     );
+    // A selection nothing matches (a misspelt ticker) says so on stderr.
+    let (ok, out, err) = updown(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        d,
+        "--market",
+        "nosuch-ticker",
+    ]);
+    assert!(ok && out.is_empty(), "{out}{err}");
+    assert!(err.contains("no record of the"), "{err}");
 
     // replay --until-seq N is the live state at N: hashes, book, account.
     for (&seq, c) in &run.checkpoints {
