@@ -71,6 +71,7 @@ fuzz_target!(|data: &[u8]| {
             segment_bytes: 4096,
             durability: Durability::Never,
             truncate_on_corruption: true,
+            keep_through: 0,
         };
         if let Ok((mut journal, recovery)) = Journal::open(config) {
             let after = journal::verify(&dir).expect("verify after recovery");
