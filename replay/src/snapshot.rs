@@ -128,16 +128,26 @@ pub(crate) fn write_temporary(
     fs::create_dir_all(dir).map_err(io(dir))?;
     let temporary = temporary_path(dir, state.last_seq);
     let file = fs::File::create(&temporary).map_err(io(&temporary))?;
-    let file = write_file(file, state, per_section).map_err(|e| match e {
-        Failure::Io(source) => SnapshotError::Io {
-            path: temporary.clone(),
-            source,
-        },
-        Failure::Snapshot(e) => e,
-    })?;
-    file.sync_all().map_err(io(&temporary))?;
+    let written = write_file(file, state, per_section, WRITE_BUFFER)
+        .map_err(|e| match e {
+            Failure::Io(source) => SnapshotError::Io {
+                path: temporary.clone(),
+                source,
+            },
+            Failure::Snapshot(e) => e,
+        })
+        .and_then(|file| file.sync_all().map_err(io(&temporary)));
+    if let Err(e) = written {
+        // A half-written file is no snapshot: it goes now, not at the
+        // next start.
+        let _ = fs::remove_file(&temporary);
+        return Err(e);
+    }
     Ok(temporary)
 }
+
+/// Bytes gathered before a write to the file.
+const WRITE_BUFFER: usize = 1 << 20;
 
 /// What stops a snapshot being written: the file, or the encoding.
 #[derive(Debug)]
@@ -159,6 +169,7 @@ fn write_file<W: Write + Seek>(
     out: W,
     state: &mut State,
     per_section: usize,
+    buffer: usize,
 ) -> Result<W, Failure> {
     // Encoded in place: a wrapped deque is read as its two slices (a
     // forked writer would otherwise copy the pages it rotates), and the
@@ -167,7 +178,7 @@ fn write_file<W: Write + Seek>(
     let fills = state.fills.take_items();
     let written = (|| {
         let mut payload = Payload {
-            out: BufWriter::with_capacity(1 << 20, out),
+            out: BufWriter::with_capacity(buffer, out),
             crc: crc32fast::Hasher::new(),
             len: 0,
         };
@@ -658,6 +669,7 @@ mod tests {
             },
             &mut state,
             16,
+            64,
         )
         .unwrap()
         .inner
@@ -678,7 +690,9 @@ mod tests {
                 inner: Default::default(),
                 room,
             };
-            match write_file(full, &mut state, 16) {
+            // A 64-byte buffer: the file fills up in the middle of a
+            // section, not only at the last flush.
+            match write_file(full, &mut state, 16, 64) {
                 Err(Failure::Io(e)) => assert!(e.to_string().contains("no space"), "{e}"),
                 Err(other) => panic!("room {room}: {other:?}"),
                 Ok(_) => panic!("room {room}: a snapshot of {} bytes fitted", whole.len()),

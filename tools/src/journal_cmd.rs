@@ -686,6 +686,13 @@ fn span(ms: u64) -> String {
 
 fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
     let dir = source.checked_journal_dir()?;
+    // The newest snapshot, listed before the journal is read: a running
+    // venue publishes one only once the journal holds its seq, so it can
+    // never be past what is read next (listed after, a snapshot published
+    // meanwhile could be).
+    let newest_snapshot = source
+        .snapshot_dir()
+        .and_then(|d| replay::snapshot::list(&d).into_iter().next());
     let mut report = journal::verify(&dir)?;
     // On a journal being written, the record in flight (payload written,
     // marker not yet) looks like a torn tail: look again before saying so.
@@ -804,13 +811,9 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
     // A snapshot is written only once the journal holds its seq: one past
     // the journal's end proves that acknowledged records are gone (start-up
     // refuses such a journal).
-    if let Some(snapshots) = source.snapshot_dir() {
+    {
         let end = report.last_seq.unwrap_or(0);
-        if let Some((seq, path)) = replay::snapshot::list(&snapshots)
-            .into_iter()
-            .next()
-            .filter(|(seq, _)| *seq > end)
-        {
+        if let Some((seq, path)) = newest_snapshot.filter(|(seq, _)| *seq > end) {
             if json {
                 println!(
                     "{}",

@@ -197,15 +197,22 @@ fn rebuild(
     if let Some(from) = outcome.from_snapshot {
         // A snapshot is written only once the journal holds its seq: one
         // past the journal's last readable record means records are gone.
-        let journal_end = crate::scan::last_seq(journal).ok().flatten().unwrap_or(0);
-        if journal_end < from {
-            eprintln!(
-                "warning: the state comes from snapshot {from}, but the journal {} ends at seq {journal_end}: \
-                 records {} .. {from}, acknowledged, are missing from it (a lost segment or tail; \
-                 `updown journal verify` and `updown serve` refuse it)",
-                journal.display(),
-                journal_end + 1
-            );
+        match crate::scan::last_seq(journal) {
+            Err(e) => eprintln!(
+                "warning: the end of the journal {} could not be read to check it against snapshot {from}: {e:#}",
+                journal.display()
+            ),
+            Ok(end) if end.unwrap_or(0) < from => {
+                let journal_end = end.unwrap_or(0);
+                eprintln!(
+                    "warning: the state comes from snapshot {from}, but the journal {} ends at seq \
+                     {journal_end}: records {} .. {from}, acknowledged, are missing from it (a lost \
+                     segment or tail; `updown journal verify` and `updown serve` refuse it)",
+                    journal.display(),
+                    journal_end + 1
+                );
+            }
+            Ok(_) => {}
         }
     }
     match until {
@@ -638,6 +645,7 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool, json: bool) 
     // command that differs without changing its events (another stamp, a
     // client_order_id) is reported beside it.
     let mut same_events = 0u64;
+    let mut through = 0u64;
     let mut first_command_difference = None::<u64>;
     // How the walk stopped: at events that differ, at the end of one
     // stream while the other goes on with `goes_on`, or at the end of both.
@@ -659,6 +667,7 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool, json: bool) 
                     first_command_difference.get_or_insert(sa);
                 }
                 same_events += 1;
+                through = sa;
                 progress.tick(sa);
             }
             (None, None) => break Stop::Both,
@@ -681,10 +690,20 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool, json: bool) 
     // (damage, a gap): an error is reported as such, never as a divergence.
     let read = |thread: std::thread::JoinHandle<Result<(u64, u64, u64)>>, journal: &Path| {
         ended(thread).map_err(|e| {
-            anyhow!(
-                "cannot compare past seq {same_events}: {} could not be replayed further: {e:#}",
+            let message = format!(
+                "cannot compare past seq {through}: {} could not be replayed further: {e:#}",
                 journal.display()
-            )
+            );
+            if json {
+                println!(
+                    "{}",
+                    json!({
+                        "result": "error", "a": a.display().to_string(), "b": b.display().to_string(),
+                        "compared_through_seq": through, "error": message,
+                    })
+                );
+            }
+            anyhow!(message)
         })
     };
     let mut report = json!({

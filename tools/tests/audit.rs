@@ -954,6 +954,11 @@ fn simulated_journal_every_subcommand() {
             && err.contains(&segment),
         "{err}"
     );
+    let (ok, out, _) = updown(&["replay", "--data-dir", d, "--compare", b, "--json"]);
+    assert!(!ok);
+    let report: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON document");
+    assert_eq!(report["result"], "error", "{report}");
+    assert_eq!(report["compared_through_seq"], bad_seq - 1, "{report}");
     // Every other reader that has to go through the damaged record fails
     // the same way, naming where it is, after what comes before it.
     for args in [
