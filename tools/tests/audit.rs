@@ -884,15 +884,20 @@ fn simulated_journal_every_subcommand() {
     // (Up to a seq both journals hold: the original has five more
     // commands at its end.)
     let until = (renamed_at + 100).to_string();
-    let (ok, out, _) = updown(&[
-        "replay",
-        "--data-dir",
-        d,
-        "--compare",
-        p(renamed.path()),
-        "--until-seq",
-        &until,
-    ]);
+    let compare_renamed = |extra: &[&str]| {
+        let mut args = vec![
+            "replay",
+            "--data-dir",
+            d,
+            "--compare",
+            p(renamed.path()),
+            "--until-seq",
+            &until,
+        ];
+        args.extend_from_slice(extra);
+        updown(&args)
+    };
+    let (ok, out, _) = compare_renamed(&[]);
     assert!(!ok, "{out}");
     assert!(out.starts_with("SAME EVENTS"), "{out}");
     assert!(
@@ -901,16 +906,7 @@ fn simulated_journal_every_subcommand() {
         )),
         "{out}"
     );
-    let (ok, out, _) = updown(&[
-        "replay",
-        "--data-dir",
-        d,
-        "--compare",
-        p(renamed.path()),
-        "--until-seq",
-        &until,
-        "--json",
-    ]);
+    let (ok, out, _) = compare_renamed(&["--json"]);
     assert!(!ok);
     let report: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON document");
     assert_eq!(report["result"], "same events", "{report}");

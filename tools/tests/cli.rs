@@ -155,13 +155,16 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
         r#"{{"market_ticker":"{}","outcome":"up","action":"buy","price":"0.10","count":"1","client_order_id":"p1"}}"#,
         markets["markets"][0]["ticker"].as_str().unwrap()
     );
-    let (status, refused) = http(
-        &server.addr,
-        "POST",
-        "/portfolio/orders",
-        &secret_key,
-        Some(&body),
-    );
+    let place = || {
+        http(
+            &server.addr,
+            "POST",
+            "/portfolio/orders",
+            &secret_key,
+            Some(&body),
+        )
+    };
+    let (status, refused) = place();
     assert_eq!(
         (status, refused["code"].as_str()),
         (503, Some("TRADING_PAUSED"))
@@ -170,13 +173,7 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
     // A pause's end may be given as RFC 3339 too, and readable output shows
     // times as UTC, not epoch milliseconds.
     admin_json(d, &["trading", "pause", "--until", "2099-01-01T00:00:00Z"]);
-    let (status, refused) = http(
-        &server.addr,
-        "POST",
-        "/portfolio/orders",
-        &secret_key,
-        Some(&body),
-    );
+    let (status, refused) = place();
     assert_eq!(status, 503, "{refused}");
     assert!(
         refused["message"]
