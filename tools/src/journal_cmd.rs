@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 use crate::describe::{command_json, event_json, outcome_text, reply_json, summary};
 use crate::scan::{segments, Item, Scanner, Selection, Sink, Source};
 use crate::timefmt::{iso, parse_duration_ms};
+use crate::Finding;
 
 #[derive(Args)]
 pub struct JournalArgs {
@@ -751,12 +752,13 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
             );
             println!("{good}{note}");
         }
-        bail!(
+        return Err(Finding(format!(
             "journal {} is damaged: {kind} in {} at byte offset {}",
             dir.display(),
             p.segment.display(),
             p.offset
-        );
+        ))
+        .into());
     }
     // Every payload decodes to a command of the kind in its header, stamped
     // with its seq, at times that never go back.
@@ -781,13 +783,13 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
                         r.offset
                     );
                 }
-                anyhow::anyhow!(
+                anyhow::Error::from(Finding(format!(
                     "journal {} is damaged: seq {} in {} at byte offset {}: {reason}",
                     dir.display(),
                     r.seq,
                     path.display(),
                     r.offset
-                )
+                )))
             };
             let stamped = codec::decode(r.seq, r.payload).map_err(|e| bad(e.to_string()))?;
             if stamped.command.kind() != r.kind {
@@ -830,12 +832,13 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
                     path.display()
                 );
             }
-            bail!(
+            return Err(Finding(format!(
                 "journal {} is damaged: records {} .. {seq} are missing (snapshot {} holds them)",
                 dir.display(),
                 end + 1,
                 path.display()
-            );
+            ))
+            .into());
         }
     }
     if json {

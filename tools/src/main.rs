@@ -8,6 +8,10 @@
 //!   journal, rebuild the venue as of any seq or time, snapshot offline.
 //! - `updown loadgen` drives a running venue at a fixed arrival rate and
 //!   reports latency percentiles (see `loadgen.rs`).
+//!
+//! Exit status, as `diff` and `cmp` use it: 0 done; 1 a check found what
+//! it checks for (a damaged journal, journals that differ: a [`Finding`]);
+//! 2 anything else went wrong (bad arguments, I/O, a refusal).
 
 mod admin;
 mod describe;
@@ -104,9 +108,27 @@ fn main() {
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
+        std::process::exit(if e.downcast_ref::<Finding>().is_some() {
+            1
+        } else {
+            2
+        });
     }
 }
+
+/// What a check found, as opposed to a failure to check: exit status 1
+/// where an error is 2, so that a script can tell a damaged journal from
+/// one it could not read.
+#[derive(Debug)]
+pub struct Finding(pub String);
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Finding {}
 
 fn serve(args: ServeArgs) -> Result<()> {
     let mut config = match &args.config {

@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 use crate::describe::summary;
 use crate::scan::Source;
 use crate::timefmt::{iso, parse_time};
+use crate::Finding;
 
 #[derive(Args)]
 pub struct ReplayArgs {
@@ -816,15 +817,16 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool, json: bool) 
     }
     // The replays may still be running past the difference; the process
     // exits without waiting for them.
-    match (differs_at, report["result"].as_str()) {
-        (Some(seq), _) => bail!("the journals differ at seq {seq}"),
-        (None, Some("different")) => bail!("the journals' final states differ"),
-        (None, Some("same events")) => bail!(
+    let finding = match (differs_at, report["result"].as_str()) {
+        (Some(seq), _) => format!("the journals differ at seq {seq}"),
+        (None, Some("different")) => "the journals' final states differ".to_string(),
+        (None, Some("same events")) => format!(
             "the journals' commands differ (first at seq {}) but not their events",
             first_command_difference.unwrap_or_default()
         ),
-        _ => Ok(()),
-    }
+        _ => return Ok(()),
+    };
+    Err(Finding(finding).into())
 }
 
 pub fn snapshot_cmd(args: SnapshotArgs) -> Result<()> {

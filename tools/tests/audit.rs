@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{copy_dir, http, updown, Launch, Serve, BIN};
+use common::{copy_dir, http, updown, updown_status, Launch, Serve, BIN};
 use journal::{Durability, JournalConfig};
 use replay::{snapshot, Node, NodeConfig};
 use sequencer::query::OrderFilter;
@@ -899,6 +899,18 @@ fn simulated_journal_every_subcommand() {
     };
     let (ok, out, _) = compare_renamed(&[]);
     assert!(!ok, "{out}");
+    assert_eq!(
+        updown_status(&[
+            "replay",
+            "--data-dir",
+            d,
+            "--compare",
+            p(renamed.path()),
+            "--until-seq",
+            &until
+        ]),
+        Some(1)
+    );
     assert!(out.starts_with("SAME EVENTS"), "{out}");
     assert!(
         out.contains(&format!(
@@ -923,6 +935,23 @@ fn simulated_journal_every_subcommand() {
     let bad_seq = 3000;
     let (segment, offset) = damage(broken.path(), bad_seq);
     let b = p(broken.path());
+    // Exit status: 1 for what a check finds, 2 when it cannot check.
+    assert_eq!(
+        updown_status(&["journal", "verify", "--data-dir", b]),
+        Some(1)
+    );
+    assert_eq!(
+        updown_status(&["journal", "verify", "--data-dir", "/nonexistent"]),
+        Some(2)
+    );
+    assert_eq!(
+        updown_status(&["journal", "verify", "--data-dir", p(renamed.path())]),
+        Some(0)
+    );
+    assert_eq!(
+        updown_status(&["replay", "--data-dir", d, "--compare", b]),
+        Some(2)
+    );
     let (ok, out, err) = updown(&["journal", "verify", "--data-dir", b]);
     assert!(!ok);
     assert!(

@@ -896,6 +896,17 @@ pub fn overwrite(path: &Path, offset: usize, data: &[u8]) {
     std::fs::write(path, &bytes).expect("write");
 }
 
+/// Runs `updown ARGS...`; its exit status: 0 done, 1 a finding (damage,
+/// a difference), 2 an error.
+pub fn updown_status(args: &[&str]) -> Option<i32> {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run updown")
+        .status
+        .code()
+}
+
 /// Runs `updown ARGS...`; (success, stdout, stderr).
 pub fn updown(args: &[&str]) -> (bool, String, String) {
     let output = Command::new(BIN).args(args).output().expect("run updown");
