@@ -813,12 +813,12 @@ impl Loop {
 
     fn write(&mut self, caller: Option<&Caller>, steps: &mut dyn WriteSteps) -> Finished {
         let key = self.authenticate(caller)?;
+        let command = steps.build(self.node.state(), key)?;
         if let (Some(caller), Some(key)) = (caller, key) {
-            if caller.rate_limited {
+            if caller.rate_limited && !self.is_retry(&command) {
                 self.rate_limit(key)?;
             }
         }
-        let command = steps.build(self.node.state(), key)?;
         let ts = self.stamp();
         match self.node.submit(ts, command) {
             Ok((_, reply)) => steps.finish(self.node.state(), reply),
@@ -865,6 +865,22 @@ impl Loop {
             Ok(()) => Ok(Some(key.idx)),
             Err(refusal) => refuse(refusal),
         }
+    }
+
+    /// An order whose client_order_id its account has used already: a
+    /// retry, answered with the order placed (or 409), never a new order,
+    /// so the new-order rate limit does not apply (SPEC: the same
+    /// client_order_id "returns the order already placed").
+    fn is_retry(&self, command: &Command) -> bool {
+        let Command::PlaceOrder { key, order } = command else {
+            return false;
+        };
+        let state = self.node.state();
+        state.key(*key).is_some_and(|k| {
+            state
+                .order_by_client_id(k.account, &order.client_order_id)
+                .is_some()
+        })
     }
 
     fn rate_limit(&mut self, key: KeyIdx) -> Result<(), ApiError> {

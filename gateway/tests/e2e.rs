@@ -1958,6 +1958,21 @@ fn a_retry_after_503_never_makes_a_second_order() {
 
 // ===== limits on requests ===============================================================================
 
+/// The body that placed order `id` (read back from it) and the order as
+/// placed; reads are not rate limited.
+fn answers_first(v: &Venue, a: &Trader, market: &str, id: &str) -> (Value, Value) {
+    let placed = v.get(&format!("/portfolio/orders/{id}"), a.key()).ok(200)["order"].clone();
+    let body = order(
+        market,
+        "up",
+        "buy",
+        "0.01",
+        "1",
+        placed["client_order_id"].as_str().unwrap(),
+    );
+    (body, placed)
+}
+
 #[test]
 fn new_orders_are_rate_limited_per_key_and_cancels_never_are() {
     let v = Venue::start();
@@ -2020,6 +2035,15 @@ fn new_orders_are_rate_limited_per_key_and_cancels_never_are() {
         .parse()
         .expect("Retry-After in whole seconds");
     assert!(retry_after >= 1);
+
+    // A retry of an order already placed is no new order: it returns that
+    // order even while new ones are refused (SPEC idempotency rule 1).
+    let first_placed = answers_first(&v, &a, &m, &placed[0]);
+    // (The bucket refills one order per 100 ms: five retries at once
+    // would meet an empty one.)
+    for _ in 0..5 {
+        assert_eq!(v.place_ok(a.key(), &first_placed.0), first_placed.1);
+    }
 
     // The limit is per key: another key of the account may still place.
     let other = v.issue_key(a.account, json!({ "scopes": "read,trade" }));
