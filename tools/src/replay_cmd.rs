@@ -133,19 +133,18 @@ impl Progress {
         let done = seq + 1 - self.first_seq.unwrap_or(seq);
         let secs = now.duration_since(self.start).as_secs_f64().max(1e-9);
         let rate = done as f64 / secs;
-        let mut line = format!("\r{} seq {seq}", self.label);
-        if let Some(target) = self.target.filter(|&t| t >= seq) {
-            let pct = done as f64 * 100.0 / (target + 1 - self.first_seq.unwrap_or(seq)) as f64;
-            let left = (target - seq) as f64 / rate.max(1.0);
-            line = format!(
-                "\r{} {} seq {seq} of {target} ({pct:.0}%), {rate:.0} commands/s, {left:.0}s left   ",
-                self.label,
-                bar(pct)
-            );
-        } else {
-            line.push_str(&format!(", {rate:.0} commands/s   "));
+        let label = self.label;
+        match self.target.filter(|&t| t >= seq) {
+            Some(target) => {
+                let pct = done as f64 * 100.0 / (target + 1 - self.first_seq.unwrap_or(seq)) as f64;
+                let left = (target - seq) as f64 / rate.max(1.0);
+                eprint!(
+                    "\r{label} {} seq {seq} of {target} ({pct:.0}%), {rate:.0} commands/s, {left:.0}s left   ",
+                    bar(pct)
+                );
+            }
+            None => eprint!("\r{label} seq {seq}, {rate:.0} commands/s   "),
         }
-        eprint!("{line}");
     }
 
     /// The last line: where the run ended, at what rate.
@@ -198,6 +197,8 @@ fn rebuild(
     if let Some(from) = outcome.from_snapshot {
         // A snapshot is written only once the journal holds its seq: one
         // past the journal's last readable record means records are gone.
+        // The end is read again, after the replay: on a live journal a
+        // snapshot published during it is past an end read before.
         match crate::scan::last_seq(journal) {
             Err(e) => eprintln!(
                 "warning: the end of the journal {} could not be read to check it against snapshot {from}: {e:#}",
