@@ -357,6 +357,10 @@ fn tail(
     printer.keep = Some((lines, VecDeque::with_capacity(lines.min(100_000))));
     let poll = follow.then(|| Duration::from_millis(poll_ms.max(1)));
     let result = scanner.run(&mut printer, poll);
+    if result.is_err() {
+        // The last whole records before the damage, then what stopped it.
+        printer.idle()?;
+    }
     printer.out.flush()?;
     result
 }

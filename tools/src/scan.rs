@@ -584,7 +584,11 @@ pub fn segments(dir: &Path) -> Result<Vec<SegmentInfo>> {
     Ok(found)
 }
 
-/// The last seq of the journal, reading only its last segments.
+/// The last seq of the journal, reading only its last segments. Damage
+/// after a whole record of the last segment (a torn tail after a crash,
+/// most often) ends the count there: the records before it are the last
+/// ones that can be shown, and the scan that shows them reports the
+/// damage after them.
 pub fn last_seq(dir: &Path) -> Result<Option<u64>> {
     let segs = segments(dir)?;
     for seg in segs.iter().rev() {
@@ -592,8 +596,13 @@ pub fn last_seq(dir: &Path) -> Result<Option<u64>> {
         let mut reader = Reader::open(dir)?;
         reader.seek(first)?;
         let mut last = None;
-        while let Some(r) = reader.next()? {
-            last = Some(r.seq);
+        loop {
+            match reader.next() {
+                Ok(Some(r)) => last = Some(r.seq),
+                Ok(None) => break,
+                Err(_) if last.is_some() => break,
+                Err(e) => return Err(e.into()),
+            }
         }
         if last.is_some() {
             return Ok(last);

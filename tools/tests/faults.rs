@@ -353,6 +353,45 @@ fn a_flipped_bit_in_the_very_last_record_is_cut_as_a_torn_tail_and_reported() {
     all_but_the_last_record_stay(serve, &data, &written);
 }
 
+/// What an operator looks at first after a crash: `journal tail` on a
+/// journal whose last record is damaged shows the last whole records
+/// before it, then names the damage and exits 2 (it printed nothing).
+#[test]
+fn tail_shows_the_last_whole_records_before_a_damaged_last_record() {
+    let work = work();
+    let data = work.data("tail");
+    let written = last_record_journal(&data, false);
+    let (segment, last) = flip_the_last_record(&data, &written);
+    let d = data.to_str().unwrap();
+    for raw in [false, true] {
+        let mut args = vec!["journal", "tail", "--data-dir", d, "-n", "3"];
+        if raw {
+            args.push("--raw");
+        }
+        let output = std::process::Command::new(BIN)
+            .args(&args)
+            .output()
+            .expect("run updown");
+        let out = String::from_utf8_lossy(&output.stdout);
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{out}{err}");
+        let seqs: Vec<u64> = out
+            .lines()
+            .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+            .collect();
+        let end = written.last_seq - 1;
+        assert_eq!(seqs, vec![end - 2, end - 1, end], "raw {raw}: {out}");
+        assert!(
+            err.contains(&format!(
+                "{}, byte offset {}",
+                segment.display(),
+                last.offset
+            )),
+            "{err}"
+        );
+    }
+}
+
 /// A journal of 200 acknowledged orders, with a snapshot at its last seq
 /// when `snapshot`.
 fn last_record_journal(data: &Path, snapshot: bool) -> Written {
