@@ -129,6 +129,10 @@ pub(crate) struct Scan {
     pub records: u64,
     pub first_seq: Option<u64>,
     pub last_seq: Option<u64>,
+    /// The seq the next record must carry, as far as the segments scanned
+    /// say: after the last record, or the first seq in the header of a
+    /// segment that holds none yet (whose predecessors were removed).
+    pub next_seq: Option<u64>,
     pub tail: Option<TailState>,
     pub problem: Option<Found>,
 }
@@ -154,6 +158,7 @@ pub(crate) fn scan(dir: &Path) -> Result<Scan, JournalError> {
         records: 0,
         first_seq: None,
         last_seq: None,
+        next_seq: None,
         tail: None,
         problem: None,
     };
@@ -184,6 +189,9 @@ pub(crate) fn scan(dir: &Path) -> Result<Scan, JournalError> {
         }
         if r.last_seq.is_some() {
             out.last_seq = r.last_seq;
+        }
+        if r.next_seq.is_some() {
+            out.next_seq = r.next_seq;
         }
         if let Some(problem) = r.problem {
             out.problem = Some(Found {

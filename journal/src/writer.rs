@@ -85,6 +85,12 @@ pub struct Recovery {
     /// A last segment that held no record (a crash right after it was created)
     /// and was removed; it is re-created by the next append.
     pub removed_empty_segment: Option<PathBuf>,
+    /// The seq the journal's next record must carry, when the journal says:
+    /// `last_seq + 1`, or, with no record left, the first seq of the segment
+    /// that was removed for holding none (the records before it were in
+    /// segments removed earlier, so the journal is not new: whoever appends
+    /// must start there, from a snapshot through the seq before).
+    pub next_seq: Option<u64>,
 }
 
 /// The segment being appended to.
@@ -224,7 +230,14 @@ impl Journal {
                 let next_present = found.segments.get(f.seg_pos).map(|s| s.path.as_path());
                 return Err(f.problem.to_error(next_present));
             }
-            let kept = found.last_seq.unwrap_or(0);
+            // What the cut keeps: through the last whole record, or, when
+            // no record is left, through the seq before the first one the
+            // remaining segment was made for (older segments removed).
+            let kept = found
+                .next_seq
+                .map(|next| next.saturating_sub(1))
+                .or(found.last_seq)
+                .unwrap_or(0);
             if kept < keep_through && !truncate_on_corruption {
                 return Err(JournalError::CutWouldDrop {
                     segment: f.problem.segment,
@@ -325,6 +338,7 @@ impl Journal {
             segments,
             truncated_tail,
             removed_empty_segment,
+            next_seq: found.next_seq,
         };
         let journal = Journal {
             dir,

@@ -257,3 +257,54 @@ fn a_torn_record_known_to_be_acknowledged_is_refused_and_left_alone() {
         j.close().unwrap();
     }
 }
+
+/// The older segments were removed (an operator trimmed them, keeping a
+/// snapshot) and the only record of the only segment left is torn. The
+/// segment's header still says which seq it was made for, so the journal
+/// knows what a cut keeps: through the seq before. Known to be
+/// acknowledged only that far, the record is cut as any torn tail and the
+/// journal reports the seq its next record must carry; known to be
+/// acknowledged itself, it is refused and left alone.
+#[test]
+fn a_torn_only_record_after_trimmed_segments_keeps_the_seq_before_it() {
+    let base = tempfile::tempdir().unwrap();
+    let (mut j, _) = Journal::open(config(base.path(), SEG)).unwrap();
+    let mut seq = 0;
+    while segment_count(base.path()) < 3 {
+        seq += 1;
+        j.append(seq, kind_for(seq), &payload(seq, size_for(seq)))
+            .unwrap();
+    }
+    j.close().unwrap();
+    // Segment 2 holds exactly one record, seq `seq`: trim 0 and 1, tear it.
+    std::fs::remove_file(seg_path(base.path(), 0)).unwrap();
+    std::fs::remove_file(seg_path(base.path(), 1)).unwrap();
+    patch_file(&seg_path(base.path(), 2), |b| b[64 + 40] ^= 0xFF);
+    let before = std::fs::read(seg_path(base.path(), 2)).unwrap();
+
+    let mut known = config(base.path(), SEG);
+    known.keep_through = seq;
+    match Journal::open(known) {
+        Err(JournalError::CutWouldDrop {
+            kept, keep_through, ..
+        }) => assert_eq!((kept, keep_through), (seq - 1, seq)),
+        other => panic!("expected a refusal, got {:?}", other.map(|(_, r)| r)),
+    }
+    assert_eq!(std::fs::read(seg_path(base.path(), 2)).unwrap(), before);
+
+    let mut cfg = config(base.path(), SEG);
+    cfg.keep_through = seq - 1;
+    let (mut j, rec) = Journal::open(cfg).unwrap();
+    assert_eq!((rec.records, rec.last_seq), (0, None));
+    assert_eq!(
+        rec.next_seq,
+        Some(seq),
+        "the seq the next record must carry"
+    );
+    assert!(rec.truncated_tail.is_some());
+    j.append(seq, 3, b"redo").unwrap();
+    j.close().unwrap();
+    let recs = read_all(base.path());
+    assert_eq!(recs.len(), 1);
+    assert_eq!((recs[0].seq, recs[0].segment), (seq, 2));
+}

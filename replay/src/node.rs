@@ -240,7 +240,9 @@ impl Node {
         // A snapshot past the journal's end (the journal was cut back after
         // damage) describes commands that are no longer recorded: never
         // start from one.
-        let journal_end = recovery.last_seq.unwrap_or(0);
+        // With no record left after segments were removed, the journal's
+        // end is the seq before the one its next record must carry.
+        let journal_end = recovery.next_seq.map_or(0, |next| next.saturating_sub(1));
         let set_aside = match &config.snapshot_dir {
             Some(dir) => {
                 // Snapshots a writer left half-written (killed with the
@@ -274,6 +276,15 @@ impl Node {
                 }
             },
         )?;
+        // Only a journal with no record left can end past the state: no
+        // snapshot reached the seq before its next record, and appending
+        // after the state would reuse seqs of removed segments.
+        if outcome.state.last_seq < journal_end {
+            return Err(NodeError::Replay(ReplayError::Gap {
+                expected: outcome.state.last_seq + 1,
+                first: journal_end + 1,
+            }));
+        }
         if let Some(feed) = &history {
             feed.sync(outcome.state.last_seq)?;
         }

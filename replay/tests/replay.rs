@@ -430,3 +430,119 @@ fn a_snapshot_job_holds_the_state_it_was_taken_at() {
 fn node_reopen(dir: &Path) -> Node {
     Node::open(node_config(dir), T0).unwrap().0
 }
+
+fn segment_files(journal: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(journal)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// An operator removed the older segments (keeping snapshots), and the
+/// crash tore the only record of the segment left, a record never
+/// acknowledged. The node starts from the snapshot through the seq before
+/// it, and the next command takes that record's seq in a segment of the
+/// same name. With no snapshot that far, it refuses, naming the gap,
+/// rather than append seqs the removed segments already hold.
+#[test]
+fn a_torn_only_record_after_removed_segments_restarts_from_the_snapshot_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal_dir = dir.path().join("journal");
+    let mut config = node_config(dir.path());
+    config.journal.segment_bytes = 4096;
+    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
+    let commands = scenario();
+    let mut rolled = None;
+    for (i, stamped) in commands.iter().enumerate() {
+        let segments = segment_files(&journal_dir).len();
+        node.submit(stamped.ts_ms, stamped.command.clone()).unwrap();
+        node.commit().unwrap();
+        if i > 20 && segment_files(&journal_dir).len() > segments {
+            rolled = Some(i);
+            break;
+        }
+    }
+    let rolled = rolled.expect("a segment roll within the scenario");
+    let last = node.state().last_seq;
+    drop(node);
+    let files = segment_files(&journal_dir);
+    let (newest, older) = files.split_last().unwrap();
+    for file in older {
+        std::fs::remove_file(file).unwrap();
+    }
+    let mut bytes = std::fs::read(newest).unwrap();
+    bytes[64 + 40] ^= 0xff;
+    std::fs::write(newest, &bytes).unwrap();
+    let damaged = tempfile::tempdir().unwrap();
+    copy_tree(dir.path(), damaged.path());
+
+    // No snapshot through `last - 1`: the state cannot reach the journal.
+    let mut refused = config.clone();
+    refused.journal.dir = damaged.path().join("journal");
+    refused.snapshot_dir = Some(damaged.path().join("snapshots"));
+    match Node::open(refused, T0) {
+        Err(e) => assert!(
+            e.to_string()
+                .contains(&format!("journal starts at seq {last}")),
+            "{e}"
+        ),
+        Ok(_) => panic!("started without the removed history"),
+    }
+
+    // A snapshot through `last - 1`, as the operator kept before trimming.
+    let mut before = replay(
+        &journal_dir_of_copy(&dir, &commands, rolled),
+        None,
+        Until::End,
+    )
+    .unwrap()
+    .state;
+    assert_eq!(before.last_seq, last - 1);
+    snapshot::write(&dir.path().join("snapshots"), &mut before).unwrap();
+    let (mut node, report) = Node::open(config, T0).unwrap();
+    assert_eq!(report.from_snapshot, Some(last - 1));
+    assert_eq!(report.recovery.next_seq, Some(last));
+    assert!(report.recovery.truncated_tail.is_some());
+    assert_eq!(node.state().state_hash(), before.state_hash());
+    let redo = &commands[rolled];
+    let (seq, _) = node.submit(redo.ts_ms, redo.command.clone()).unwrap();
+    assert_eq!(seq, last);
+    node.commit().unwrap();
+    drop(node);
+    assert_eq!(segment_files(&journal_dir), vec![newest.clone()]);
+}
+
+/// The journal of the scenario's first `upto` commands (the node's opening
+/// commands before them), written afresh in a directory of its own.
+fn journal_dir_of_copy(
+    dir: &tempfile::TempDir,
+    commands: &[Stamped],
+    upto: usize,
+) -> std::path::PathBuf {
+    let fresh = dir.path().join("fresh");
+    let mut config = node_config(&fresh);
+    config.journal.segment_bytes = 4096;
+    config.snapshot_dir = None;
+    let (mut node, _) = Node::open(config, T0).unwrap();
+    for stamped in &commands[..upto] {
+        node.submit(stamped.ts_ms, stamped.command.clone()).unwrap();
+    }
+    node.commit().unwrap();
+    fresh.join("journal")
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
