@@ -384,7 +384,14 @@ impl Params {
         let Some(text) = self.get("cursor") else {
             return Ok(None);
         };
-        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        if text.is_empty() {
+            // What the last page answers: passed back by a client that
+            // does not stop there.
+            return Err(ApiError::bad_request(
+                "Parameter cursor must match ^\\d+$; an empty cursor in a page means there are no more pages.",
+            ));
+        }
+        if !text.bytes().all(|b| b.is_ascii_digit()) {
             return Err(ApiError::bad_request("Parameter cursor must match ^\\d+$."));
         }
         if text.len() > CURSOR_DIGITS_MAX {
@@ -766,6 +773,11 @@ mod tests {
         let bad = Params::parse(Some("limit=501&cursor=x1"), &["limit", "cursor"]).unwrap();
         assert!(bad.bounded("limit", 1, 500).is_err());
         assert!(bad.cursor().is_err());
+        let end = Params::parse(Some("cursor="), &["cursor"]).unwrap();
+        assert_eq!(
+            end.cursor().unwrap_err().message,
+            "Parameter cursor must match ^\\d+$; an empty cursor in a page means there are no more pages."
+        );
         assert_eq!(decode("a%2Fb+c").unwrap(), "a/b c");
     }
 }
