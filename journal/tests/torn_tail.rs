@@ -123,17 +123,24 @@ fn every_cut_inside_the_last_record_missing_prefix() {
     check_every_cut(Damage::ZeroBefore);
 }
 
-#[test]
-fn torn_first_record_of_the_last_segment_removes_that_segment() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut j, _) = Journal::open(config(dir.path(), SEG)).unwrap();
+/// Appends until a third segment is made: it holds one record, whose seq
+/// is returned.
+fn three_segments_the_last_with_one_record(dir: &Path) -> u64 {
+    let (mut j, _) = Journal::open(config(dir, SEG)).unwrap();
     let mut seq = 0;
-    while segment_count(dir.path()) < 3 {
+    while segment_count(dir) < 3 {
         seq += 1;
         j.append(seq, kind_for(seq), &payload(seq, size_for(seq)))
             .unwrap();
     }
     j.close().unwrap();
+    seq
+}
+
+#[test]
+fn torn_first_record_of_the_last_segment_removes_that_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let seq = three_segments_the_last_with_one_record(dir.path());
     // Segment 2 holds exactly one record; tear it.
     patch_file(&seg_path(dir.path(), 2), |b| b[64 + 40] ^= 0xFF);
     let (mut j, rec) = Journal::open(config(dir.path(), SEG)).unwrap();
@@ -268,15 +275,8 @@ fn a_torn_record_known_to_be_acknowledged_is_refused_and_left_alone() {
 #[test]
 fn a_torn_only_record_after_trimmed_segments_keeps_the_seq_before_it() {
     let base = tempfile::tempdir().unwrap();
-    let (mut j, _) = Journal::open(config(base.path(), SEG)).unwrap();
-    let mut seq = 0;
-    while segment_count(base.path()) < 3 {
-        seq += 1;
-        j.append(seq, kind_for(seq), &payload(seq, size_for(seq)))
-            .unwrap();
-    }
-    j.close().unwrap();
-    // Segment 2 holds exactly one record, seq `seq`: trim 0 and 1, tear it.
+    let seq = three_segments_the_last_with_one_record(base.path());
+    // Trim segments 0 and 1, tear the record of segment 2.
     std::fs::remove_file(seg_path(base.path(), 0)).unwrap();
     std::fs::remove_file(seg_path(base.path(), 1)).unwrap();
     patch_file(&seg_path(base.path(), 2), |b| b[64 + 40] ^= 0xFF);
