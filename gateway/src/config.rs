@@ -206,6 +206,47 @@ pub fn default_series() -> Vec<SeriesEntry> {
 }
 
 impl ServerConfig {
+    /// Refuses settings the venue cannot run with, naming the first one
+    /// (they were clamped silently: a burst of 0 became 1, a segment of
+    /// 0 MiB became 1 MiB, a print interval of 0 became 10 ms).
+    pub fn check(&self) -> Result<(), String> {
+        let at_least = |name: &str, value: u64, min: u64, unit: &str| {
+            if value < min {
+                Err(format!("{name} must be at least {min}{unit}, not {value}"))
+            } else {
+                Ok(())
+            }
+        };
+        let at_most = |name: &str, value: u64, max: u64, unit: &str| {
+            if value > max {
+                Err(format!("{name} must be at most {max}{unit}, not {value}"))
+            } else {
+                Ok(())
+            }
+        };
+        at_least("segment_mib", self.segment_mib, 1, " (MiB)")?;
+        at_most("segment_mib", self.segment_mib, 1 << 20, " (MiB)")?;
+        at_least("orders_per_second", self.orders_per_second.into(), 1, "")?;
+        at_least("orders_burst", self.orders_burst.into(), 1, "")?;
+        at_least("lockout_failures", self.lockout_failures.into(), 1, "")?;
+        at_least("lockout_secs", self.lockout_secs, 1, " (seconds)")?;
+        at_least("price_interval_ms", self.price_interval_ms, 10, " (ms)")?;
+        at_least("queue_capacity", self.queue_capacity as u64, 16, "")?;
+        at_least("workers", self.workers as u64, 1, "")?;
+        at_least("ws_queue_capacity", self.ws_queue_capacity as u64, 1, "")?;
+        at_least("ws_ping_interval_ms", self.ws_ping_interval_ms, 10, " (ms)")?;
+        at_most("sync_spacing_us", self.sync_spacing_us, 100_000, " (µs)")?;
+        if self.durability == DurabilityPolicy::Interval {
+            at_least(
+                "durability_interval_ms (with durability = \"interval\")",
+                self.durability_interval_ms,
+                1,
+                " (ms; \"always\" syncs every command)",
+            )?;
+        }
+        Ok(())
+    }
+
     /// Reads a TOML file over the defaults.
     pub fn from_toml(text: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| e.to_string())

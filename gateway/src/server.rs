@@ -31,19 +31,20 @@ pub const ASYNCAPI: &str = include_str!("../asyncapi.json");
 pub enum StartError {
     #[error("configuration: {0}")]
     Config(String),
-    #[error("data directory {path}: {source}")]
+    /// The I/O error is in the message, not a source too (said twice).
+    #[error("data directory {path}: {error}")]
     DataDir {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The node's error is shown in the message, not as a source too (the
     /// CLI prints sources after the message: it was said twice).
     #[error("the journal could not be opened: {0}{hint}", hint = truncate_hint(.0))]
     Node(replay::NodeError),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}")]
     Listen {
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -110,9 +111,9 @@ pub fn server_file_path(data_dir: &Path) -> PathBuf {
 /// tightened, with a warning.
 fn admin_token(data_dir: &Path) -> Result<String, StartError> {
     let path = admin_token_path(data_dir);
-    let io = |source| StartError::DataDir {
+    let io = |error| StartError::DataDir {
         path: path.clone(),
-        source,
+        error,
     };
     match std::fs::read_to_string(&path) {
         Ok(token) if !token.trim().is_empty() => {
@@ -158,6 +159,7 @@ fn admin_token(data_dir: &Path) -> Result<String, StartError> {
 impl Server {
     /// Starts the venue described by `config`.
     pub fn start(config: ServerConfig) -> Result<Server, StartError> {
+        config.check().map_err(StartError::Config)?;
         let environment = config.environment().map_err(StartError::Config)?;
         let venue = config.venue().map_err(StartError::Config)?;
         // Every series of the file is checked before anything is opened or
@@ -168,13 +170,39 @@ impl Server {
             .map(SeriesEntry::to_config)
             .collect::<Result<_, _>>()
             .map_err(StartError::Config)?;
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
+        std::fs::create_dir_all(&config.data_dir).map_err(|error| StartError::DataDir {
             path: config.data_dir.clone(),
-            source,
+            error,
         })?;
         let token = admin_token(&config.data_dir)?;
+        // The addresses are taken before the journal is opened: a start
+        // that cannot serve must not journal a first configuration, which
+        // would fix the venue's environment and series for good.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.workers)
+            .thread_name("gateway")
+            .enable_all()
+            .build()
+            .map_err(|error| StartError::DataDir {
+                path: config.data_dir.clone(),
+                error,
+            })?;
+        let (public, private) = runtime.block_on(async {
+            Ok::<_, StartError>((bind(config.listen).await?, bind(config.admin_listen).await?))
+        })?;
+        if !config.admin_listen.ip().is_loopback() {
+            tracing::warn!(
+                admin_listen = %config.admin_listen,
+                "the admin endpoint listens beyond this machine: anyone who can reach it and read the admin token operates the venue"
+            );
+        }
+        if config.request_timeout_ms == 0 {
+            tracing::warn!(
+                "request_timeout_ms is 0: every request that needs the sequencer is answered 503 at once (a setting for tests of retries)"
+            );
+        }
         let mut journal = JournalConfig::new(config.journal_dir());
-        journal.segment_bytes = config.segment_mib.max(1) * 1024 * 1024;
+        journal.segment_bytes = config.segment_mib * 1024 * 1024;
         journal.truncate_on_corruption = config.truncate_corrupt_journal;
         journal.durability = match config.durability {
             DurabilityPolicy::Always => Durability::Always,
@@ -316,26 +344,16 @@ impl Server {
             orders_burst: config.orders_burst,
             snapshot_every: config.snapshot_every,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
-            queue_capacity: config.queue_capacity.max(16),
-            sync_spacing: Duration::from_micros(config.sync_spacing_us.min(100_000)),
+            queue_capacity: config.queue_capacity,
+            sync_spacing: Duration::from_micros(config.sync_spacing_us),
         };
         // The websocket publisher takes each committed batch's events.
         let (ws, events, publisher) = crate::ws::start(crate::ws::WsSettings {
-            queue_capacity: config.ws_queue_capacity.max(1),
-            ping_interval: Duration::from_millis(config.ws_ping_interval_ms.max(10)),
+            queue_capacity: config.ws_queue_capacity,
+            ping_interval: Duration::from_millis(config.ws_ping_interval_ms),
         });
         let engine = Engine::start(node, settings, metrics, failures, events);
         let submitter = engine.submitter.clone();
-
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(config.workers.max(1))
-            .thread_name("gateway")
-            .enable_all()
-            .build()
-            .map_err(|source| StartError::DataDir {
-                path: config.data_dir.clone(),
-                source,
-            })?;
 
         if venue_changes {
             let reply = runtime.block_on(submitter.internal(Command::Configure(venue.clone())));
@@ -371,7 +389,7 @@ impl Server {
             crate::feed::start(
                 submitter.clone(),
                 simulated,
-                Duration::from_millis(config.price_interval_ms.max(10)),
+                Duration::from_millis(config.price_interval_ms),
                 // A restart goes on with other steps, not the same walk
                 // again (reproducible from the same journal).
                 config.price_seed ^ journal_seq.wrapping_mul(0x9E37_79B9_7F4A_7C15),
@@ -394,15 +412,13 @@ impl Server {
         });
         let shutdown = Arc::new(Notify::new());
         let (addr, admin_addr, servers) = runtime.block_on(async {
-            let public = bind(config.listen).await?;
-            let private = bind(config.admin_listen).await?;
-            let addr = public.local_addr().map_err(|source| StartError::Listen {
+            let addr = public.local_addr().map_err(|error| StartError::Listen {
                 addr: config.listen,
-                source,
+                error,
             })?;
-            let admin_addr = private.local_addr().map_err(|source| StartError::Listen {
+            let admin_addr = private.local_addr().map_err(|error| StartError::Listen {
                 addr: config.admin_listen,
-                source,
+                error,
             })?;
             let servers = vec![
                 tokio::spawn(serve(public, rest::router(app), shutdown.clone())),
@@ -479,7 +495,7 @@ impl Drop for Server {
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
     tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|source| StartError::Listen { addr, source })
+        .map_err(|error| StartError::Listen { addr, error })
 }
 
 async fn serve(listener: tokio::net::TcpListener, router: axum::Router, shutdown: Arc<Notify>) {

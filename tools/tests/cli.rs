@@ -528,3 +528,119 @@ fn a_restart_with_a_changed_configuration_keeps_the_venue_consistent() {
         "the walk went on from {before}, not from a start price: {after}"
     );
 }
+
+/// A start that cannot serve (its address is taken) exits 2 naming the
+/// address, says the cause once, and journals nothing: its first
+/// configuration would have fixed the venue's environment and series for
+/// the next start. The next start, on a free address, may be a live venue.
+#[test]
+fn a_start_that_cannot_listen_journals_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    for (flag, other) in [
+        ("--listen", "--admin-listen"),
+        ("--admin-listen", "--listen"),
+    ] {
+        let output = Command::new(BIN)
+            .args(["serve", "--data-dir"])
+            .arg(&data)
+            .args([flag, &addr, other, "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flag}: {err}");
+        assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+        assert_eq!(err.matches("(os error").count(), 1, "the cause once: {err}");
+        assert!(
+            !data.join("journal").exists()
+                || std::fs::read_dir(data.join("journal")).unwrap().all(|e| !e
+                    .unwrap()
+                    .path()
+                    .to_string_lossy()
+                    .ends_with(".seg")),
+            "{flag}: a segment was written"
+        );
+    }
+    let live = dir.path().join("live.toml");
+    std::fs::write(&live, "environment = \"live\"\nprice_simulator = false\n").unwrap();
+    let mut serve = Launch::new(&data, Some(&live)).start();
+    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
+}
+
+/// Settings the venue cannot run with are refused at start, naming the
+/// setting (they used to be clamped without a word: a burst of 0 became 1,
+/// a segment of 0 MiB became 1 MiB, a print interval of 0 became 10 ms).
+#[test]
+fn settings_out_of_range_are_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for (setting, says) in [
+        (
+            "orders_per_second = 0",
+            "orders_per_second must be at least 1",
+        ),
+        ("orders_burst = 0", "orders_burst must be at least 1"),
+        ("segment_mib = 0", "segment_mib must be at least 1"),
+        (
+            "price_interval_ms = 0",
+            "price_interval_ms must be at least 10",
+        ),
+        ("queue_capacity = 0", "queue_capacity must be at least 16"),
+        ("workers = 0", "workers must be at least 1"),
+        (
+            "ws_queue_capacity = 0",
+            "ws_queue_capacity must be at least 1",
+        ),
+        (
+            "ws_ping_interval_ms = 0",
+            "ws_ping_interval_ms must be at least 10",
+        ),
+        (
+            "lockout_failures = 0",
+            "lockout_failures must be at least 1",
+        ),
+        ("lockout_secs = 0", "lockout_secs must be at least 1"),
+        (
+            "sync_spacing_us = 100001",
+            "sync_spacing_us must be at most 100000",
+        ),
+        (
+            "durability = \"interval\"\ndurability_interval_ms = 0",
+            "durability_interval_ms (with durability = \"interval\") must be at least 1",
+        ),
+    ] {
+        let path = dir.path().join("bad.toml");
+        std::fs::write(
+            &path,
+            format!("listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{setting}\n"),
+        )
+        .unwrap();
+        let data = dir.path().join("data");
+        let mut child = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .arg("--data-dir")
+            .arg(&data)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A venue that accepts the setting runs until stopped: stop it and
+        // fail, rather than wait for it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                panic!("{setting}: the venue started");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let output = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{setting}: {err}");
+        assert!(err.contains(says), "{setting}: {err}");
+        assert!(!data.join("journal").exists(), "{setting}: journal made");
+    }
+}
