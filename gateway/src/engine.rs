@@ -412,6 +412,8 @@ struct Loop {
     /// The snapshot writer thread's queue, and whether it is writing one.
     snapshots: Sender<replay::SnapshotJob>,
     snapshot_busy: Arc<AtomicBool>,
+    /// The journal's own syncs already added to the metrics.
+    journal_synced: journal::SyncCount,
 }
 
 fn run(
@@ -446,6 +448,7 @@ fn run(
         snapshot_seq: 0,
         snapshots,
         snapshot_busy: snapshot_busy.clone(),
+        journal_synced: journal::SyncCount::default(),
     };
     let (commit_tx, commit_rx) = bell::bounded::<Closed>(COMMIT_PIPELINE);
     let committer = {
@@ -526,6 +529,7 @@ fn run(
             tracing::error!("the journal sync thread is gone; stopping");
             break;
         }
+        this.count_journal_syncs();
         this.metrics.record_batch(
             jobs as u64,
             started.elapsed(),
@@ -864,6 +868,22 @@ impl Loop {
         ) {
             Ok(()) => Ok(Some(key.idx)),
             Err(refusal) => refuse(refusal),
+        }
+    }
+
+    /// Adds the syncs the journal made itself since the last batch (each
+    /// append under `always`, due commits under `interval`, rolls) to
+    /// those of the commit stage, so the metric counts every sync.
+    fn count_journal_syncs(&mut self) {
+        let now = self.node.journal_syncs();
+        let before = std::mem::replace(&mut self.journal_synced, now);
+        if now != before {
+            self.metrics
+                .journal_syncs
+                .fetch_add(now.syncs - before.syncs, Ordering::Relaxed);
+            self.metrics
+                .journal_sync_us
+                .fetch_add(now.micros - before.micros, Ordering::Relaxed);
         }
     }
 

@@ -2378,6 +2378,21 @@ fn metric(v: &Venue, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
 }
 
+/// Under `always` the journal syncs every command itself, before the
+/// commit stage: the sync metric counts those too (it stayed at 0).
+#[test]
+fn the_sync_metric_counts_the_journals_own_syncs() {
+    let v = Venue::start_with(|c| c.durability = gateway::config::DurabilityPolicy::Always);
+    let a = v.trader("100.00");
+    let market = v.open_market(SERIES_A);
+    let syncs_before = metric(&v, "updown_journal_syncs_total");
+    for i in 0..5 {
+        v.place_ok(a.key(), &buy(&market, "up", &format!("0.3{i}"), "1"));
+    }
+    let syncs = metric(&v, "updown_journal_syncs_total") - syncs_before;
+    assert!(syncs >= 5, "{syncs} syncs for 5 orders");
+}
+
 /// Group commit, pipelined: an answered order was synced by the commit
 /// thread first (the sync counter moved), the answer's bytes are the Order
 /// record the reads give, and the order is there after a restart.

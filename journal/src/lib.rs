@@ -45,6 +45,6 @@ pub use reader::{Reader, Record};
 pub use scan::{truncate_after, verify, Problem, ProblemKind, TailCut, VerifyReport};
 pub use segment::{segment_file_name, segment_path};
 pub use writer::{
-    Durability, Journal, JournalConfig, Recovery, SyncPoint, DEFAULT_SEGMENT_BYTES, LOCK_FILE,
-    SEGMENT_SIZE_UNIT,
+    Durability, Journal, JournalConfig, Recovery, SyncCount, SyncPoint, DEFAULT_SEGMENT_BYTES,
+    LOCK_FILE, SEGMENT_SIZE_UNIT,
 };

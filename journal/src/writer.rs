@@ -130,11 +130,22 @@ pub struct Journal {
     /// preallocating, syncing and mapping 64 MiB took tens of milliseconds
     /// on the appending thread at every roll.
     preparing: Option<Preparing>,
+    /// Syncs this writer made itself (every append under `Always`, due
+    /// commits under `IntervalMs`, rolls), and the time they took; the
+    /// syncs of handed-out [`SyncPoint`]s are their caller's to count.
+    syncs: SyncCount,
     /// `LOCK` in the directory, locked (`flock`) while this writer lives: a
     /// second writer on the same journal (a second `updown serve` on the
     /// same data directory) would cut, overwrite and delete under the
     /// first. Released by the kernel when the process ends, however.
     _lock: File,
+}
+
+/// Syncs made and the time they took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncCount {
+    pub syncs: u64,
+    pub micros: u64,
 }
 
 /// The file a writer locks in its journal directory.
@@ -351,6 +362,7 @@ impl Journal {
             poisoned: false,
             deferred: false,
             preparing: None,
+            syncs: SyncCount::default(),
             _lock: lock,
         };
         let mut journal = journal;
@@ -430,6 +442,11 @@ impl Journal {
             self.flush()?;
         }
         Ok(())
+    }
+
+    /// Syncs this writer made itself so far (not those of [`SyncPoint`]s).
+    pub fn syncs(&self) -> SyncCount {
+        self.syncs
     }
 
     /// Makes the records appended so far durable according to the policy.
@@ -563,7 +580,11 @@ impl Journal {
     fn flush(&mut self) -> Result<(), JournalError> {
         if let Some(a) = self.active.as_mut() {
             if a.pos > a.synced || self.deferred {
-                if let Err(e) = a.file.sync_data() {
+                let started = Instant::now();
+                let synced = a.file.sync_data();
+                self.syncs.syncs += 1;
+                self.syncs.micros += started.elapsed().as_micros() as u64;
+                if let Err(e) = synced {
                     self.poisoned = true;
                     return Err(JournalError::io(
                         format!("flushing segment {}", a.path.display()),
@@ -598,7 +619,11 @@ impl Journal {
             // deferred `SyncPoint` for an earlier range of this segment may
             // still be in flight on another thread, and the records of the
             // next segment must never be durable before these.
-            if let Err(e) = a.file.sync_data() {
+            let started = Instant::now();
+            let synced = a.file.sync_data();
+            self.syncs.syncs += 1;
+            self.syncs.micros += started.elapsed().as_micros() as u64;
+            if let Err(e) = synced {
                 self.poisoned = true;
                 return Err(JournalError::io(
                     format!("flushing sealed segment {}", a.path.display()),
