@@ -966,6 +966,7 @@ mod tests {
             snapshot_seq: 0,
             snapshots,
             snapshot_busy: Arc::new(AtomicBool::new(false)),
+            journal_synced: journal::SyncCount::default(),
         };
         let ip: IpAddr = "192.0.2.1".parse().unwrap();
         let codes: Vec<StatusCode> = (0..10)
