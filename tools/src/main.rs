@@ -165,24 +165,45 @@ fn serve(args: ServeArgs) -> Result<()> {
         bail!("--demo funds a practice account and prints a test key: it runs on a test venue only (environment = \"test\")");
     }
     let server = Server::start(config.clone()).context("starting the venue")?;
-    println!(
+    let say = Console {
+        json: config.log_json,
+    };
+    say.line(format_args!(
         "updown {} listening on http://{}/v1 (admin on {}, data in {})",
         env!("CARGO_PKG_VERSION"),
         server.addr,
         server.admin_addr,
         config.data_dir.display()
-    );
-    println!("{}", server.open_report);
+    ));
+    say.line(&server.open_report);
     if args.demo {
-        demo(&server, &config)?;
+        demo(&server, &config, say)?;
     }
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    println!("shutting down: finishing requests in flight and flushing the journal");
+    say.line("shutting down: finishing requests in flight and flushing the journal");
     server.stop();
-    println!("stopped");
+    say.line("stopped");
     Ok(())
+}
+
+/// Where `serve` says things to the person who started it: standard
+/// output, or, when the logs are JSON lines on standard output, standard
+/// error, so that standard output holds nothing but JSON.
+#[derive(Clone, Copy)]
+struct Console {
+    json: bool,
+}
+
+impl Console {
+    fn line(self, text: impl std::fmt::Display) {
+        if self.json {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
 }
 
 fn init_logs(json: bool) {
@@ -202,12 +223,12 @@ fn init_logs(json: bool) {
 }
 
 /// Creates the demo account and key once; later starts say where it is.
-fn demo(server: &Server, config: &ServerConfig) -> Result<()> {
+fn demo(server: &Server, config: &ServerConfig, say: Console) -> Result<()> {
     let marker = config.data_dir.join("demo-account.json");
     if let Ok(text) = std::fs::read_to_string(&marker) {
-        println!("demo account already created: {text}");
-        println!(
-            "its key was printed when it was created; issue another with `updown admin key issue`."
+        say.line(format_args!("demo account already created: {text}"));
+        say.line(
+            "its key was printed when it was created; issue another with `updown admin key issue`.",
         );
         return Ok(());
     }
@@ -229,11 +250,15 @@ fn demo(server: &Server, config: &ServerConfig) -> Result<()> {
         &marker,
         serde_json::json!({ "account_id": id, "key_id": key["key_id"] }).to_string(),
     )?;
-    println!("demo account {id} with $10,000.00, terms accepted and trading allowed");
-    println!("demo key (shown once, read+trade): {secret_key}");
-    println!(
+    say.line(format_args!(
+        "demo account {id} with $10,000.00, terms accepted and trading allowed"
+    ));
+    say.line(format_args!(
+        "demo key (shown once, read+trade): {secret_key}"
+    ));
+    say.line(format_args!(
         "try: curl -H 'Authorization: Bearer {secret_key}' http://{}/v1/portfolio/balance",
         server.addr
-    );
+    ));
     Ok(())
 }

@@ -445,6 +445,15 @@ fn secrets_never_reach_logs_journal_snapshots_files_or_answers() {
         "{}",
         v.serve.stdout.text()
     );
+    // Standard output is JSON lines only: what `serve` says to the person
+    // who started it goes to standard error then.
+    for line in v.serve.stdout.text().lines() {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "not JSON on standard output: {line}"
+        );
+    }
+    assert!(v.serve.stderr.text().contains(" listening on http://"));
 }
 
 // ----- one account, not another's -----------------------------------------------------------------

@@ -290,8 +290,13 @@ impl Launch {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             // Started once both start lines are out: "listening on" and the
-            // journal's report under it (tests read the report).
-            let text = serve.stdout.text();
+            // journal's report under it (tests read the report). With JSON
+            // logs they go to standard error, standard output being JSON.
+            let text = if self.args.iter().any(|a| a == "--log-json") {
+                serve.stderr.text()
+            } else {
+                serve.stdout.text()
+            };
             if let Some((addr, admin_addr)) =
                 listening_on(&text).filter(|_| text.lines().any(|l| l.starts_with("journal: ")))
             {
