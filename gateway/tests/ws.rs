@@ -1119,6 +1119,23 @@ fn a_message_over_64_kb_closes_with_1009_and_one_of_64_kb_is_taken() {
     assert_eq!(c.close_code(WAIT), 1009);
 }
 
+/// RFC 6455 §5.1: a frame from the client without a mask closes the
+/// connection with 1002 (it was answered like a masked one), after the
+/// masked frames before it were taken.
+#[test]
+fn an_unmasked_frame_from_the_client_closes_with_1002() {
+    use std::io::Write;
+    let venue = Venue::start();
+    let mut c = connect(venue.addr());
+    c.send_text(r#"{"id":1,"cmd":"list_subscriptions","params":{}}"#);
+    assert_eq!(c.replies(1, 1)[0]["type"], "ok");
+    let text = br#"{"id":2,"cmd":"list_subscriptions","params":{}}"#;
+    let mut frame = vec![0x81, text.len() as u8];
+    frame.extend_from_slice(text);
+    c.ws.get_mut().write_all(&frame).expect("raw frame");
+    assert_eq!(c.close_code(WAIT), 1002);
+}
+
 #[test]
 fn tickers_subscriptions_and_connections_are_bounded() {
     let venue = Venue::start();

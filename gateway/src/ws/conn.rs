@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
+use super::masked::MaskWatch;
 use super::protocol::{self, Command, ErrorCode, WsError};
 use super::publisher::{Control, Out, Sid};
 use super::{Hub, Slot};
@@ -36,7 +38,7 @@ use crate::engine::{now_ms, Caller};
 use crate::error::ApiError;
 
 type Stream = TokioIo<hyper::upgrade::Upgraded>;
-type Reader = WebSocketRead<ReadHalf<Stream>>;
+type Reader = WebSocketRead<MaskWatch<ReadHalf<Stream>>>;
 
 /// Close codes sent by the server.
 pub mod close {
@@ -183,13 +185,24 @@ enum Incoming {
     Broken(u16, &'static str),
 }
 
-async fn read_loop(mut reader: Reader, tx: mpsc::Sender<Incoming>) {
+async fn read_loop(mut reader: Reader, unmasked: Arc<AtomicBool>, tx: mpsc::Sender<Incoming>) {
     let mut partial: Option<(bool, Vec<u8>)> = None;
     loop {
         let frame = match reader
             .read_frame::<_, WebSocketError>(&mut |_| async { Ok(()) })
             .await
         {
+            // RFC 6455 §5.1: the server closes on a frame from the client
+            // that is not masked.
+            Ok(_) if unmasked.load(Ordering::Relaxed) => {
+                let _ = tx
+                    .send(Incoming::Broken(
+                        close::PROTOCOL,
+                        "Frames from a client must be masked.",
+                    ))
+                    .await;
+                return;
+            }
             Ok(frame) => frame,
             Err(WebSocketError::FrameTooLarge) => {
                 let _ = tx.send(Incoming::TooBig).await;
@@ -320,6 +333,8 @@ async fn run(app: Arc<App>, fut: UpgradeFut, slot: Slot, auth: Option<Auth>, ip:
     // fastwebsockets reads; the connection task writes its frames itself
     // (the `WebSocketWrite` half is unused: a sink).
     let (read, io) = tokio::io::split(ws.into_inner());
+    let unmasked = Arc::new(AtomicBool::new(false));
+    let read = MaskWatch::new(read, unmasked.clone());
     let (mut reader, _) =
         fastwebsockets::after_handshake_split(read, tokio::io::sink(), Role::Server);
     reader.set_auto_pong(false);
@@ -327,7 +342,7 @@ async fn run(app: Arc<App>, fut: UpgradeFut, slot: Slot, auth: Option<Auth>, ip:
     // fastwebsockets refuses a frame of `max` bytes or more: 64 KB passes.
     reader.set_max_message_size(WS_MESSAGE_BYTES_MAX + 1);
     let (in_tx, mut in_rx) = mpsc::channel(8);
-    let read_task = tokio::spawn(read_loop(reader, in_tx));
+    let read_task = tokio::spawn(read_loop(reader, unmasked, in_tx));
     let conn = hub.next_conn_id();
     let (out_tx, mut out_rx) = mpsc::channel(hub.settings.queue_capacity.max(1));
     hub.send(Control::Open {

@@ -25,6 +25,7 @@
 //! again every client sees a gap. Memory stays bounded either way.
 
 mod conn;
+mod masked;
 pub mod protocol;
 pub mod publisher;
 

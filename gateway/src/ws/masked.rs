@@ -1,0 +1,183 @@
+//! RFC 6455 §5.1: "a server MUST close the connection upon receiving a
+//! frame that is not masked". fastwebsockets unmasks what is masked and
+//! takes the rest as it is, without saying which was which, so the bytes
+//! are watched on their way to it: [`MaskWatch`] follows the frame
+//! headers through the stream and raises a flag at the first frame sent
+//! without a mask. The reader checks the flag after each frame.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, ReadBuf};
+
+/// Where the watcher is in the stream of frames.
+#[derive(Debug)]
+enum At {
+    /// Inside a frame header: the bytes of it seen so far.
+    Head { bytes: [u8; 14], seen: usize },
+    /// Inside a payload: the bytes of it still to come.
+    Payload(u64),
+}
+
+/// Follows frame headers; the flag goes up at an unmasked frame.
+#[derive(Debug)]
+pub struct Frames {
+    at: At,
+    unmasked: Arc<AtomicBool>,
+}
+
+impl Frames {
+    pub fn new(unmasked: Arc<AtomicBool>) -> Self {
+        Self {
+            at: At::Head {
+                bytes: [0; 14],
+                seen: 0,
+            },
+            unmasked,
+        }
+    }
+
+    /// Takes the next bytes of the stream.
+    pub fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            match &mut self.at {
+                At::Payload(left) => {
+                    let take = (*left).min(data.len() as u64);
+                    *left -= take;
+                    data = &data[take as usize..];
+                    if *left == 0 {
+                        self.at = At::Head {
+                            bytes: [0; 14],
+                            seen: 0,
+                        };
+                    }
+                }
+                At::Head { bytes, seen } => {
+                    bytes[*seen] = data[0];
+                    *seen += 1;
+                    data = &data[1..];
+                    if *seen < 2 {
+                        continue;
+                    }
+                    let masked = bytes[1] & 0x80 != 0;
+                    let extended = match bytes[1] & 0x7f {
+                        126 => 2,
+                        127 => 8,
+                        _ => 0,
+                    };
+                    if *seen < 2 + extended + if masked { 4 } else { 0 } {
+                        continue;
+                    }
+                    let len = match extended {
+                        2 => u64::from(u16::from_be_bytes([bytes[2], bytes[3]])),
+                        8 => u64::from_be_bytes(bytes[2..10].try_into().expect("8 bytes")),
+                        _ => u64::from(bytes[1] & 0x7f),
+                    };
+                    if !masked {
+                        self.unmasked.store(true, Ordering::Relaxed);
+                    }
+                    self.at = if len == 0 {
+                        At::Head {
+                            bytes: [0; 14],
+                            seen: 0,
+                        }
+                    } else {
+                        At::Payload(len)
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// A reader that shows every byte it passes on to [`Frames`].
+pub struct MaskWatch<R> {
+    inner: R,
+    frames: Frames,
+}
+
+impl<R> MaskWatch<R> {
+    pub fn new(inner: R, unmasked: Arc<AtomicBool>) -> Self {
+        Self {
+            inner,
+            frames: Frames::new(unmasked),
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for MaskWatch<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            this.frames.feed(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(masked: bool, len: usize) -> Vec<u8> {
+        let mut out = vec![0x81];
+        let bit = if masked { 0x80 } else { 0 };
+        match len {
+            0..=125 => out.push(bit | len as u8),
+            126..=65535 => {
+                out.push(bit | 126);
+                out.extend_from_slice(&(len as u16).to_be_bytes());
+            }
+            _ => {
+                out.push(bit | 127);
+                out.extend_from_slice(&(len as u64).to_be_bytes());
+            }
+        }
+        if masked {
+            out.extend_from_slice(&[1, 2, 3, 4]);
+        }
+        // Payload bytes that look like headers of unmasked frames.
+        out.extend(std::iter::repeat_n(0x01u8, len));
+        out
+    }
+
+    fn flags(stream: &[u8], chunk: usize) -> bool {
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut frames = Frames::new(flag.clone());
+        for piece in stream.chunks(chunk) {
+            frames.feed(piece);
+        }
+        flag.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn masked_frames_of_every_length_form_pass_in_any_chunking() {
+        let mut stream = Vec::new();
+        for len in [0, 1, 125, 126, 300, 65535, 65536, 70000] {
+            stream.extend(frame(true, len));
+        }
+        for chunk in [1, 2, 3, 7, 64, 4096, stream.len()] {
+            assert!(!flags(&stream, chunk), "chunk {chunk}");
+        }
+    }
+
+    #[test]
+    fn an_unmasked_frame_anywhere_raises_the_flag() {
+        for len in [0, 5, 126, 70000] {
+            let mut stream = frame(true, 300);
+            stream.extend(frame(false, len));
+            stream.extend(frame(true, 10));
+            for chunk in [1, 5, 4096] {
+                assert!(flags(&stream, chunk), "len {len} chunk {chunk}");
+            }
+        }
+    }
+}
