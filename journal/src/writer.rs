@@ -120,6 +120,7 @@ pub struct Journal {
     active: Option<Active>,
     /// Index given to the next segment created.
     next_index: u64,
+    /// See [`Journal::last_seq`]: the next append must carry the seq after.
     last_seq: Option<u64>,
     last_flush: Instant,
     poisoned: bool,
@@ -282,8 +283,18 @@ impl Journal {
         let mut removed_empty_segment = None;
         let mut active = None;
         let mut next_index = 0;
+        // An empty segment that is the journal's only one, made for a seq
+        // past 1: the segments before it were removed, and its header is
+        // the only record of the seq the journal goes on from. It stays,
+        // and the next append must carry that seq.
+        let resumes_at = found
+            .tail
+            .as_ref()
+            .filter(|t| t.records == 0 && found.segments.len() == 1)
+            .and(found.next_seq)
+            .filter(|&next| next > 1);
         if let Some(tail) = found.tail {
-            if tail.records == 0 {
+            if tail.records == 0 && resumes_at.is_none() {
                 // A segment is created together with its first record, so an
                 // empty last segment means that record never reached the disk.
                 // Removing it lets the next append choose its first seq freely
@@ -357,7 +368,7 @@ impl Journal {
             durability,
             active,
             next_index,
-            last_seq: found.last_seq,
+            last_seq: found.last_seq.or(resumes_at.map(|next| next - 1)),
             last_flush: Instant::now(),
             poisoned: false,
             deferred: false,
@@ -551,7 +562,9 @@ impl Journal {
         Ok(())
     }
 
-    /// The sequence number of the last appended record.
+    /// The sequence number of the last appended record; on a journal
+    /// that holds none but goes on from removed segments (its only
+    /// segment's header names a first seq past 1), the seq before that.
     pub fn last_seq(&self) -> Option<u64> {
         self.last_seq
     }

@@ -294,7 +294,7 @@ fn a_torn_only_record_after_trimmed_segments_keeps_the_seq_before_it() {
 
     let mut cfg = config(base.path(), SEG);
     cfg.keep_through = seq - 1;
-    let (mut j, rec) = Journal::open(cfg).unwrap();
+    let (j, rec) = Journal::open(cfg.clone()).unwrap();
     assert_eq!((rec.records, rec.last_seq), (0, None));
     assert_eq!(
         rec.next_seq,
@@ -302,6 +302,16 @@ fn a_torn_only_record_after_trimmed_segments_keeps_the_seq_before_it() {
         "the seq the next record must carry"
     );
     assert!(rec.truncated_tail.is_some());
+    j.close().unwrap();
+    // The emptied segment stays: its header is all that says where the
+    // journal goes on, for the next open too, and for the next append.
+    let (mut j, rec) = Journal::open(cfg).unwrap();
+    assert_eq!((rec.records, rec.next_seq), (0, Some(seq)));
+    assert!(rec.truncated_tail.is_none() && rec.removed_empty_segment.is_none());
+    assert!(matches!(
+        j.append(1, 3, b"again"),
+        Err(JournalError::OutOfOrder { .. })
+    ));
     j.append(seq, 3, b"redo").unwrap();
     j.close().unwrap();
     let recs = read_all(base.path());
