@@ -358,8 +358,9 @@ fn tail(
     let poll = follow.then(|| Duration::from_millis(poll_ms.max(1)));
     let result = scanner.run(&mut printer, poll);
     if result.is_err() {
-        // The last whole records before the damage, then what stopped it.
-        printer.idle()?;
+        // The last whole records before the damage, then what stopped it
+        // (the scan's error, not one of printing them).
+        let _ = printer.idle();
     }
     printer.out.flush()?;
     result

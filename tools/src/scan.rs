@@ -591,7 +591,7 @@ pub fn segments(dir: &Path) -> Result<Vec<SegmentInfo>> {
 /// damage after them.
 pub fn last_seq(dir: &Path) -> Result<Option<u64>> {
     let segs = segments(dir)?;
-    for seg in segs.iter().rev() {
+    for (i, seg) in segs.iter().enumerate().rev() {
         let Some(first) = seg.first_seq else { continue };
         let mut reader = Reader::open(dir)?;
         reader.seek(first)?;
@@ -601,6 +601,9 @@ pub fn last_seq(dir: &Path) -> Result<Option<u64>> {
                 Ok(Some(r)) => last = Some(r.seq),
                 Ok(None) => break,
                 Err(_) if last.is_some() => break,
+                // Damage before any whole record of this segment (a crash
+                // at a roll): the segment before ends the count.
+                Err(_) if i > 0 => break,
                 Err(e) => return Err(e.into()),
             }
         }

@@ -392,6 +392,40 @@ fn tail_shows_the_last_whole_records_before_a_damaged_last_record() {
     }
 }
 
+/// The same when the damaged record is the first of the last segment (a
+/// crash at a roll, or damage there): the last records of the segment
+/// before it are shown.
+#[test]
+fn tail_shows_the_records_before_damage_at_the_start_of_the_last_segment() {
+    let work = work();
+    let data = work.data("tail-roll");
+    Offline {
+        orders: 2_000,
+        ..Offline::default()
+    }
+    .write(&data);
+    let segment = segments(&data.join("journal")).pop().expect("segment");
+    let first = records(&segment)[0];
+    flip(&segment, first.offset + 40, 0x01);
+    let output = std::process::Command::new(BIN)
+        .args(["journal", "tail", "--raw", "-n", "2", "--data-dir"])
+        .arg(&data)
+        .output()
+        .expect("run updown");
+    let out = String::from_utf8_lossy(&output.stdout);
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{out}{err}");
+    let seqs: Vec<u64> = out
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(seqs, vec![first.seq - 2, first.seq - 1], "{out}{err}");
+    assert!(
+        err.contains(&format!("byte offset {}", first.offset)),
+        "{err}"
+    );
+}
+
 /// A journal of 200 acknowledged orders, with a snapshot at its last seq
 /// when `snapshot`.
 fn last_record_journal(data: &Path, snapshot: bool) -> Written {
