@@ -241,7 +241,7 @@ impl ServerConfig {
                 "durability_interval_ms (with durability = \"interval\")",
                 self.durability_interval_ms,
                 1,
-                " (ms; \"always\" syncs every command)",
+                " (ms; \"group_commit\" syncs every batch)",
             )?;
         }
         Ok(())

@@ -518,6 +518,9 @@ fn run(
             this.node.drain_events();
             delivery
         };
+        // Before the answers can leave: a client that reads the metric
+        // after its answer sees the syncs that answer waited for.
+        this.count_journal_syncs();
         let closed = Closed {
             point,
             confirmed,
@@ -529,7 +532,6 @@ fn run(
             tracing::error!("the journal sync thread is gone; stopping");
             break;
         }
-        this.count_journal_syncs();
         this.metrics.record_batch(
             jobs as u64,
             started.elapsed(),

@@ -41,7 +41,7 @@ pub enum StartError {
     /// CLI prints sources after the message: it was said twice).
     #[error("the journal could not be opened: {0}{hint}", hint = truncate_hint(.0))]
     Node(replay::NodeError),
-    #[error("cannot listen on {addr}: {error}")]
+    #[error("cannot listen on {addr}: {error}{hint}", hint = in_use_hint(error))]
     Listen {
         addr: SocketAddr,
         error: std::io::Error,
@@ -51,6 +51,15 @@ pub enum StartError {
 impl From<replay::NodeError> for StartError {
     fn from(e: replay::NodeError) -> Self {
         StartError::Node(e)
+    }
+}
+
+/// For an address taken: who usually holds it.
+fn in_use_hint(error: &std::io::Error) -> &'static str {
+    if error.kind() == std::io::ErrorKind::AddrInUse {
+        " (is another updown serve running with this address? `--listen` and `--admin-listen` choose others)"
+    } else {
+        ""
     }
 }
 
@@ -187,9 +196,8 @@ impl Server {
                 path: config.data_dir.clone(),
                 error,
             })?;
-        let (public, private) = runtime.block_on(async {
-            Ok::<_, StartError>((bind(config.listen).await?, bind(config.admin_listen).await?))
-        })?;
+        let public = reserve(config.listen)?;
+        let private = reserve(config.admin_listen)?;
         if !config.admin_listen.ip().is_loopback() {
             tracing::warn!(
                 admin_listen = %config.admin_listen,
@@ -412,6 +420,10 @@ impl Server {
         });
         let shutdown = Arc::new(Notify::new());
         let (addr, admin_addr, servers) = runtime.block_on(async {
+            // Connections are taken from here on: during the replay a
+            // client was refused, not left hanging in the backlog.
+            let public = listen(public, config.listen)?;
+            let private = listen(private, config.admin_listen)?;
             let addr = public.local_addr().map_err(|error| StartError::Listen {
                 addr: config.listen,
                 error,
@@ -492,9 +504,29 @@ impl Drop for Server {
     }
 }
 
-async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
-    tokio::net::TcpListener::bind(addr)
-        .await
+/// Binds a socket to `addr` (so a taken address fails the start before
+/// anything is journaled) without listening on it yet.
+fn reserve(addr: SocketAddr) -> Result<tokio::net::TcpSocket, StartError> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    };
+    let socket = socket.map_err(|error| StartError::Listen { addr, error })?;
+    socket
+        .set_reuseaddr(true)
+        .and_then(|()| socket.bind(addr))
+        .map_err(|error| StartError::Listen { addr, error })?;
+    Ok(socket)
+}
+
+/// Starts listening on a reserved socket (inside the runtime).
+fn listen(
+    socket: tokio::net::TcpSocket,
+    addr: SocketAddr,
+) -> Result<tokio::net::TcpListener, StartError> {
+    socket
+        .listen(1024)
         .map_err(|error| StartError::Listen { addr, error })
 }
 

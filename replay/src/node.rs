@@ -354,13 +354,13 @@ impl Node {
         Ok((seq, reply))
     }
 
-    /// Makes everything submitted so far durable under the journal's policy.
-    /// Replies must not leave before this returns `Ok`.
     /// Syncs the journal made itself (see [`journal::Journal::syncs`]).
     pub fn journal_syncs(&self) -> journal::SyncCount {
         self.journal.syncs()
     }
 
+    /// Makes everything submitted so far durable under the journal's policy.
+    /// Replies must not leave before this returns `Ok`.
     pub fn commit(&mut self) -> Result<(), NodeError> {
         if let Some(why) = &self.failed {
             return Err(NodeError::Stopped(why.clone()));
