@@ -1121,18 +1121,32 @@ fn a_message_over_64_kb_closes_with_1009_and_one_of_64_kb_is_taken() {
 
 /// RFC 6455 §5.1: a frame from the client without a mask closes the
 /// connection with 1002 (it was answered like a masked one), after the
-/// masked frames before it were taken.
+/// masked frames before it were taken, even when both arrive in one
+/// write.
 #[test]
 fn an_unmasked_frame_from_the_client_closes_with_1002() {
     use std::io::Write;
     let venue = Venue::start();
     let mut c = connect(venue.addr());
-    c.send_text(r#"{"id":1,"cmd":"list_subscriptions","params":{}}"#);
+    let frame = |id: u64, mask: Option<[u8; 4]>| {
+        let text = format!(r#"{{"id":{id},"cmd":"list_subscriptions","params":{{}}}}"#);
+        let mut out = vec![
+            0x81,
+            text.len() as u8 | if mask.is_some() { 0x80 } else { 0 },
+        ];
+        match mask {
+            Some(key) => {
+                out.extend_from_slice(&key);
+                out.extend(text.bytes().enumerate().map(|(i, b)| b ^ key[i % 4]));
+            }
+            None => out.extend_from_slice(text.as_bytes()),
+        }
+        out
+    };
+    let mut both = frame(1, Some([7, 1, 200, 42]));
+    both.extend(frame(2, None));
+    c.ws.get_mut().write_all(&both).expect("raw frames");
     assert_eq!(c.replies(1, 1)[0]["type"], "ok");
-    let text = br#"{"id":2,"cmd":"list_subscriptions","params":{}}"#;
-    let mut frame = vec![0x81, text.len() as u8];
-    frame.extend_from_slice(text);
-    c.ws.get_mut().write_all(&frame).expect("raw frame");
     assert_eq!(c.close_code(WAIT), 1002);
 }
 

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
-use super::masked::MaskWatch;
+use super::masked::{self, MaskWatch};
 use super::protocol::{self, Command, ErrorCode, WsError};
 use super::publisher::{Control, Out, Sid};
 use super::{Hub, Slot};
@@ -185,16 +185,18 @@ enum Incoming {
     Broken(u16, &'static str),
 }
 
-async fn read_loop(mut reader: Reader, unmasked: Arc<AtomicBool>, tx: mpsc::Sender<Incoming>) {
+async fn read_loop(mut reader: Reader, unmasked: Arc<AtomicU64>, tx: mpsc::Sender<Incoming>) {
     let mut partial: Option<(bool, Vec<u8>)> = None;
+    // Frames read so far: the position of the next one.
+    let mut frames: u64 = 0;
     loop {
         let frame = match reader
             .read_frame::<_, WebSocketError>(&mut |_| async { Ok(()) })
             .await
         {
             // RFC 6455 §5.1: the server closes on a frame from the client
-            // that is not masked.
-            Ok(_) if unmasked.load(Ordering::Relaxed) => {
+            // that is not masked (the frames before it are taken).
+            Ok(_) if unmasked.load(Ordering::Relaxed) == frames => {
                 let _ = tx
                     .send(Incoming::Broken(
                         close::PROTOCOL,
@@ -203,7 +205,10 @@ async fn read_loop(mut reader: Reader, unmasked: Arc<AtomicBool>, tx: mpsc::Send
                     .await;
                 return;
             }
-            Ok(frame) => frame,
+            Ok(frame) => {
+                frames += 1;
+                frame
+            }
             Err(WebSocketError::FrameTooLarge) => {
                 let _ = tx.send(Incoming::TooBig).await;
                 return;
@@ -333,7 +338,7 @@ async fn run(app: Arc<App>, fut: UpgradeFut, slot: Slot, auth: Option<Auth>, ip:
     // fastwebsockets reads; the connection task writes its frames itself
     // (the `WebSocketWrite` half is unused: a sink).
     let (read, io) = tokio::io::split(ws.into_inner());
-    let unmasked = Arc::new(AtomicBool::new(false));
+    let unmasked = Arc::new(AtomicU64::new(masked::NONE));
     let read = MaskWatch::new(read, unmasked.clone());
     let (mut reader, _) =
         fastwebsockets::after_handshake_split(read, tokio::io::sink(), Role::Server);

@@ -2,11 +2,13 @@
 //! frame that is not masked". fastwebsockets unmasks what is masked and
 //! takes the rest as it is, without saying which was which, so the bytes
 //! are watched on their way to it: [`MaskWatch`] follows the frame
-//! headers through the stream and raises a flag at the first frame sent
-//! without a mask. The reader checks the flag after each frame.
+//! headers through the stream and notes the position (0 for the first
+//! frame) of the first frame sent without a mask. The reader counts the
+//! frames it gets and closes at that one (fastwebsockets reads ahead, so
+//! the note can come before the masked frames in front of it are read).
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -21,20 +23,26 @@ enum At {
     Payload(u64),
 }
 
-/// Follows frame headers; the flag goes up at an unmasked frame.
+/// No unmasked frame seen.
+pub const NONE: u64 = u64::MAX;
+
+/// Follows frame headers; notes the position of the first unmasked one.
 #[derive(Debug)]
 pub struct Frames {
     at: At,
-    unmasked: Arc<AtomicBool>,
+    /// Frame headers read whole.
+    headers: u64,
+    unmasked: Arc<AtomicU64>,
 }
 
 impl Frames {
-    pub fn new(unmasked: Arc<AtomicBool>) -> Self {
+    pub fn new(unmasked: Arc<AtomicU64>) -> Self {
         Self {
             at: At::Head {
                 bytes: [0; 14],
                 seen: 0,
             },
+            headers: 0,
             unmasked,
         }
     }
@@ -75,9 +83,10 @@ impl Frames {
                         8 => u64::from_be_bytes(bytes[2..10].try_into().expect("8 bytes")),
                         _ => u64::from(bytes[1] & 0x7f),
                     };
-                    if !masked {
-                        self.unmasked.store(true, Ordering::Relaxed);
+                    if !masked && self.unmasked.load(Ordering::Relaxed) == NONE {
+                        self.unmasked.store(self.headers, Ordering::Relaxed);
                     }
+                    self.headers += 1;
                     self.at = if len == 0 {
                         At::Head {
                             bytes: [0; 14],
@@ -99,7 +108,7 @@ pub struct MaskWatch<R> {
 }
 
 impl<R> MaskWatch<R> {
-    pub fn new(inner: R, unmasked: Arc<AtomicBool>) -> Self {
+    pub fn new(inner: R, unmasked: Arc<AtomicU64>) -> Self {
         Self {
             inner,
             frames: Frames::new(unmasked),
@@ -149,13 +158,14 @@ mod tests {
         out
     }
 
-    fn flags(stream: &[u8], chunk: usize) -> bool {
-        let flag = Arc::new(AtomicBool::new(false));
-        let mut frames = Frames::new(flag.clone());
+    /// The position of the first unmasked frame, if any.
+    fn first_unmasked(stream: &[u8], chunk: usize) -> Option<u64> {
+        let note = Arc::new(AtomicU64::new(NONE));
+        let mut frames = Frames::new(note.clone());
         for piece in stream.chunks(chunk) {
             frames.feed(piece);
         }
-        flag.load(Ordering::Relaxed)
+        Some(note.load(Ordering::Relaxed)).filter(|&at| at != NONE)
     }
 
     #[test]
@@ -165,18 +175,24 @@ mod tests {
             stream.extend(frame(true, len));
         }
         for chunk in [1, 2, 3, 7, 64, 4096, stream.len()] {
-            assert!(!flags(&stream, chunk), "chunk {chunk}");
+            assert_eq!(first_unmasked(&stream, chunk), None, "chunk {chunk}");
         }
     }
 
     #[test]
-    fn an_unmasked_frame_anywhere_raises_the_flag() {
+    fn the_first_unmasked_frame_is_found_by_its_position() {
         for len in [0, 5, 126, 70000] {
             let mut stream = frame(true, 300);
+            stream.extend(frame(true, 0));
             stream.extend(frame(false, len));
+            stream.extend(frame(false, 3));
             stream.extend(frame(true, 10));
-            for chunk in [1, 5, 4096] {
-                assert!(flags(&stream, chunk), "len {len} chunk {chunk}");
+            for chunk in [1, 5, 4096, stream.len()] {
+                assert_eq!(
+                    first_unmasked(&stream, chunk),
+                    Some(2),
+                    "len {len} chunk {chunk}"
+                );
             }
         }
     }
