@@ -513,8 +513,11 @@ fn reserve(addr: SocketAddr) -> Result<tokio::net::TcpSocket, StartError> {
         tokio::net::TcpSocket::new_v6()
     };
     let socket = socket.map_err(|error| StartError::Listen { addr, error })?;
+    // SO_REUSEADDR lets a restart take its port back while connections of
+    // the stopped venue linger in TIME_WAIT. Not for port 0: between bind
+    // and listen, two sockets with it may be given the same free port.
     socket
-        .set_reuseaddr(true)
+        .set_reuseaddr(addr.port() != 0)
         .and_then(|()| socket.bind(addr))
         .map_err(|error| StartError::Listen { addr, error })?;
     Ok(socket)

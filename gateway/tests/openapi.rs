@@ -739,7 +739,9 @@ fn http(
     request.push_str(body.unwrap_or(""));
     stream.write_all(request.as_bytes()).expect("send");
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read");
+    stream
+        .read_to_end(&mut raw)
+        .unwrap_or_else(|e| panic!("read {}: {e}", request.lines().next().unwrap_or("")));
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
