@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
@@ -159,6 +159,9 @@ pub enum Job {
     Read {
         caller: Option<Caller>,
         read: ReadFn,
+        /// Gone once nobody waits for the answer (the client left, or its
+        /// wait timed out with a 503): the read is then skipped.
+        waiting: Weak<()>,
     },
     /// A command from inside the venue (price feed, operator); answered with
     /// the reply as is.
@@ -267,7 +270,15 @@ impl Submitter {
                 let _ = reply.send(answer);
             })
         });
-        self.push(Job::Read { caller, read }).await?;
+        // Dropped with this future: when the wait times out, or the
+        // client goes away and the handler is dropped.
+        let waiting = Arc::new(());
+        self.push(Job::Read {
+            caller,
+            read,
+            waiting: Arc::downgrade(&waiting),
+        })
+        .await?;
         self.wait(
             rx,
             self.timeout,
@@ -796,7 +807,14 @@ impl Loop {
                 };
                 Pending::Internal { reply, answer }
             }
-            Job::Read { caller, read } => {
+            // Nobody waits for it any more: a flood of reads that timed out
+            // must not keep the sequencer from live requests for minutes
+            // after its clients left.
+            Job::Read { waiting, .. } if waiting.strong_count() == 0 => {
+                self.metrics.abandoned_reads.fetch_add(1, Ordering::Relaxed);
+                Pending::Read(Box::new(|_| {}))
+            }
+            Job::Read { caller, read, .. } => {
                 let key = self.authenticate(caller.as_ref());
                 Pending::Read(read(self.node.state(), key))
             }
@@ -939,18 +957,17 @@ mod tests {
     /// Wrong keys queued before the lockout began (sent all at once, each
     /// past the gateway's check) are refused by the sequencer's own check
     /// once the lockout starts: no more keys are tested than it allows.
-    #[test]
-    fn queued_wrong_keys_test_no_more_keys_than_the_lockout_allows() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A sequencer loop on a fresh journal in `dir`, not running.
+    fn test_loop(dir: &std::path::Path) -> Loop {
         let config = replay::NodeConfig {
-            journal: journal::JournalConfig::new(dir.path().join("journal")),
+            journal: journal::JournalConfig::new(dir.join("journal")),
             snapshot_dir: None,
             venue: sequencer::VenueConfig::default(),
             history_dir: None,
         };
         let (node, _) = Node::open(config, now_ms()).unwrap();
         let (snapshots, _snapshot_rx) = crossbeam_channel::bounded(1);
-        let this = Loop {
+        Loop {
             node,
             settings: EngineSettings {
                 environment: Environment::Test,
@@ -969,7 +986,44 @@ mod tests {
             snapshots,
             snapshot_busy: Arc::new(AtomicBool::new(false)),
             journal_synced: journal::SyncCount::default(),
+        }
+    }
+
+    /// A read nobody waits for any more is skipped (its closure never runs)
+    /// and counted; one still awaited runs.
+    #[test]
+    fn a_read_nobody_waits_for_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut this = test_loop(dir.path());
+        let ran = Arc::new(AtomicBool::new(false));
+        let read = |ran: Arc<AtomicBool>| -> ReadFn {
+            Box::new(move |_, _| {
+                ran.store(true, Ordering::Relaxed);
+                Box::new(|_| {})
+            })
         };
+        let waiting = Arc::new(());
+        let gone = Arc::downgrade(&Arc::new(()));
+        this.handle(Job::Read {
+            caller: None,
+            read: read(ran.clone()),
+            waiting: gone,
+        });
+        assert!(!ran.load(Ordering::Relaxed));
+        assert_eq!(this.metrics.abandoned_reads.load(Ordering::Relaxed), 1);
+        this.handle(Job::Read {
+            caller: None,
+            read: read(ran.clone()),
+            waiting: Arc::downgrade(&waiting),
+        });
+        assert!(ran.load(Ordering::Relaxed));
+        assert_eq!(this.metrics.abandoned_reads.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn queued_wrong_keys_test_no_more_keys_than_the_lockout_allows() {
+        let dir = tempfile::tempdir().unwrap();
+        let this = test_loop(dir.path());
         let ip: IpAddr = "192.0.2.1".parse().unwrap();
         let codes: Vec<StatusCode> = (0..10)
             .map(|i| {

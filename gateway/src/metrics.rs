@@ -40,6 +40,8 @@ pub struct Metrics {
     pub batch_busy_us: AtomicU64,
     pub rate_limited: AtomicU64,
     pub lockouts: AtomicU64,
+    /// Reads skipped because nobody waited for them any more.
+    pub abandoned_reads: AtomicU64,
     pub journal_lag_ms: AtomicU64,
     /// The same in microseconds (under normal load the lag is well under a
     /// millisecond, where the `_ms` gauge reads 0).
@@ -59,6 +61,7 @@ impl Default for Metrics {
             batch_busy_us: AtomicU64::new(0),
             rate_limited: AtomicU64::new(0),
             lockouts: AtomicU64::new(0),
+            abandoned_reads: AtomicU64::new(0),
             journal_lag_ms: AtomicU64::new(0),
             journal_lag_us: AtomicU64::new(0),
             journal_syncs: AtomicU64::new(0),
@@ -193,6 +196,11 @@ impl Metrics {
                 "updown_auth_lockouts_total",
                 "counter",
                 self.lockouts.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_sequencer_abandoned_reads_total",
+                "counter",
+                self.abandoned_reads.load(Ordering::Relaxed),
             ),
         ];
         for (name, kind, value) in gauges {
