@@ -146,6 +146,14 @@ pub struct ServerConfig {
     pub ws_queue_capacity: usize,
     /// The server pings every websocket this often (SPEC: 10 s).
     pub ws_ping_interval_ms: u64,
+    /// Open HTTP connections (websockets included) from one address; past
+    /// it a new one is answered 429 and closed.
+    pub http_connections_per_address: usize,
+    /// Open HTTP connections in all; past it a new one is answered 503.
+    pub http_connections_max: usize,
+    /// A connection with no byte read or written for this long is closed
+    /// (a websocket's pings keep it alive: longer than two ping intervals).
+    pub http_idle_timeout_secs: u64,
     pub series: Vec<SeriesEntry>,
 }
 
@@ -178,6 +186,9 @@ impl Default for ServerConfig {
             log_json: false,
             ws_queue_capacity: crate::ws::QUEUE_CAPACITY_DEFAULT,
             ws_ping_interval_ms: sequencer::limits::WS_PING_INTERVAL_MS,
+            http_connections_per_address: 512,
+            http_connections_max: 8_192,
+            http_idle_timeout_secs: 60,
             series: default_series(),
         }
     }
@@ -236,6 +247,25 @@ impl ServerConfig {
         at_least("ws_queue_capacity", self.ws_queue_capacity as u64, 1, "")?;
         at_least("ws_ping_interval_ms", self.ws_ping_interval_ms, 10, " (ms)")?;
         at_most("sync_spacing_us", self.sync_spacing_us, 100_000, " (µs)")?;
+        at_least(
+            "http_connections_per_address",
+            self.http_connections_per_address as u64,
+            1,
+            "",
+        )?;
+        at_least(
+            "http_connections_max",
+            self.http_connections_max as u64,
+            1,
+            "",
+        )?;
+        if self.http_idle_timeout_secs.saturating_mul(1000) <= 2 * self.ws_ping_interval_ms {
+            return Err(format!(
+                "http_idle_timeout_secs must be longer than two websocket ping intervals ({} ms), not {}: an idle websocket lives on its pings",
+                2 * self.ws_ping_interval_ms,
+                self.http_idle_timeout_secs
+            ));
+        }
         if self.durability == DurabilityPolicy::Interval {
             at_least(
                 "durability_interval_ms (with durability = \"interval\")",

@@ -18,6 +18,7 @@ pub mod api;
 pub mod auth;
 pub mod bell;
 pub mod config;
+pub mod conns;
 pub mod engine;
 pub mod error;
 pub mod feed;

@@ -419,6 +419,11 @@ impl Server {
             environment,
         });
         let shutdown = Arc::new(Notify::new());
+        let limits = crate::conns::Limits {
+            per_address: config.http_connections_per_address,
+            total: config.http_connections_max,
+            idle: Duration::from_secs(config.http_idle_timeout_secs),
+        };
         let (addr, admin_addr, servers) = runtime.block_on(async {
             // Connections are taken from here on: during the replay a
             // client was refused, not left hanging in the backlog.
@@ -433,8 +438,16 @@ impl Server {
                 error,
             })?;
             let servers = vec![
-                tokio::spawn(serve(public, rest::router(app), shutdown.clone())),
-                tokio::spawn(serve(private, admin::router(admin), shutdown.clone())),
+                tokio::spawn(serve(
+                    crate::conns::Guarded::new(public, limits),
+                    rest::router(app),
+                    shutdown.clone(),
+                )),
+                tokio::spawn(serve(
+                    crate::conns::Guarded::new(private, limits),
+                    admin::router(admin),
+                    shutdown.clone(),
+                )),
             ];
             Ok::<_, StartError>((addr, admin_addr, servers))
         })?;
@@ -533,10 +546,10 @@ fn listen(
         .map_err(|error| StartError::Listen { addr, error })
 }
 
-async fn serve(listener: tokio::net::TcpListener, router: axum::Router, shutdown: Arc<Notify>) {
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
+async fn serve(listener: crate::conns::Guarded, router: axum::Router, shutdown: Arc<Notify>) {
+    // Through `tap_io` (doing nothing) for axum's `ConnectInfo<SocketAddr>`
+    // of a listener that is not its own.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |_| {});
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
     let result = axum::serve(listener, service)
         .with_graceful_shutdown(async move { shutdown.notified().await })

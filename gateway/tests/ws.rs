@@ -371,6 +371,7 @@ fn fast_orders(config: &mut gateway::ServerConfig) {
     // Clients that only read between long REST phases answer no ping
     // meanwhile; a slow run must not see them closed as silent.
     config.ws_ping_interval_ms = 600_000;
+    config.http_idle_timeout_secs = 3_600;
 }
 
 // ----- public channels -----------------------------------------------------------------------
