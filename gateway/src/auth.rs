@@ -107,10 +107,14 @@ pub fn caller(
     server: Environment,
     rate_limited: bool,
 ) -> Result<Caller, ApiError> {
-    let value = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| unauthorized(KeyRefusal::Missing))?;
+    // Exactly one: with two (a proxy's and the client's, say) which one
+    // is the caller's key cannot be told.
+    let mut sent = headers.get_all(axum::http::header::AUTHORIZATION).iter();
+    let value = match (sent.next(), sent.next()) {
+        (Some(value), None) => value.to_str().ok(),
+        _ => None,
+    }
+    .ok_or_else(|| unauthorized(KeyRefusal::Missing))?;
     let key = bearer_token(value).ok_or_else(|| unauthorized(KeyRefusal::Missing))?;
     // A token was sent: whatever its form, it is a key that does not exist,
     // answered (and counted towards the lockout) like any other.
@@ -315,6 +319,24 @@ mod tests {
         let key = format!("tk_test_{longest}_secret");
         let parts = split_key(&key).unwrap();
         assert_eq!(KeyIdText::new(parts.key_id).unwrap().as_str(), longest);
+    }
+
+    /// One Authorization header is read; two are refused as no key, not
+    /// settled by taking the first (a security trial's finding).
+    #[test]
+    fn two_authorization_headers_are_refused() {
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let mut headers = HeaderMap::new();
+        let key = "Bearer tk_test_abc123_s3cr3t";
+        headers.append(axum::http::header::AUTHORIZATION, key.parse().unwrap());
+        assert!(caller(&headers, ip, Environment::Test, true).is_ok());
+        headers.append(axum::http::header::AUTHORIZATION, key.parse().unwrap());
+        let refused = caller(&headers, ip, Environment::Test, true).unwrap_err();
+        assert_eq!(refused.status(), axum::http::StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            refused.message,
+            "Send the API key as `Authorization: Bearer tk_...`."
+        );
     }
 
     #[test]
