@@ -157,6 +157,24 @@ impl Conn {
     fn idle_over(&mut self, cx: &mut Context<'_>) -> bool {
         self.deadline.as_mut().poll(cx).is_ready()
     }
+
+    /// A write's outcome, seen by the idle timer.
+    fn wrote(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match polled {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.moved();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending if self.idle_over(cx) => Poll::Ready(Err(timed_out())),
+            other => other,
+        }
+    }
 }
 
 fn timed_out() -> io::Error {
@@ -191,16 +209,8 @@ impl AsyncWrite for Conn {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.stream).poll_write(cx, data) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending if this.idle_over(cx) => Poll::Ready(Err(timed_out())),
-            other => other,
-        }
+        let polled = Pin::new(&mut this.stream).poll_write(cx, data);
+        this.wrote(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -209,16 +219,8 @@ impl AsyncWrite for Conn {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.stream).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending if this.idle_over(cx) => Poll::Ready(Err(timed_out())),
-            other => other,
-        }
+        let polled = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.wrote(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {

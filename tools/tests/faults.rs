@@ -353,6 +353,25 @@ fn a_flipped_bit_in_the_very_last_record_is_cut_as_a_torn_tail_and_reported() {
     all_but_the_last_record_stay(serve, &data, &written);
 }
 
+/// `journal tail -n N` on a damaged journal: the seqs it printed and its
+/// standard error; it must exit 2.
+fn failed_tail(data: &Path, n: usize, extra: &[&str]) -> (Vec<u64>, String) {
+    let output = std::process::Command::new(BIN)
+        .args(["journal", "tail", "-n", &n.to_string(), "--data-dir"])
+        .arg(data)
+        .args(extra)
+        .output()
+        .expect("run updown");
+    let out = String::from_utf8_lossy(&output.stdout);
+    let err = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{out}{err}");
+    let seqs = out
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    (seqs, err)
+}
+
 /// What an operator looks at first after a crash: `journal tail` on a
 /// journal whose last record is damaged shows the last whole records
 /// before it, then names the damage and exits 2 (it printed nothing).
@@ -362,25 +381,11 @@ fn tail_shows_the_last_whole_records_before_a_damaged_last_record() {
     let data = work.data("tail");
     let written = last_record_journal(&data, false);
     let (segment, last) = flip_the_last_record(&data, &written);
-    let d = data.to_str().unwrap();
     for raw in [false, true] {
-        let mut args = vec!["journal", "tail", "--data-dir", d, "-n", "3"];
-        if raw {
-            args.push("--raw");
-        }
-        let output = std::process::Command::new(BIN)
-            .args(&args)
-            .output()
-            .expect("run updown");
-        let out = String::from_utf8_lossy(&output.stdout);
-        let err = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{out}{err}");
-        let seqs: Vec<u64> = out
-            .lines()
-            .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
-            .collect();
+        let extra: &[&str] = if raw { &["--raw"] } else { &[] };
+        let (seqs, err) = failed_tail(&data, 3, extra);
         let end = written.last_seq - 1;
-        assert_eq!(seqs, vec![end - 2, end - 1, end], "raw {raw}: {out}");
+        assert_eq!(seqs, vec![end - 2, end - 1, end], "raw {raw}: {err}");
         assert!(
             err.contains(&format!(
                 "{}, byte offset {}",
@@ -407,19 +412,8 @@ fn tail_shows_the_records_before_damage_at_the_start_of_the_last_segment() {
     let segment = segments(&data.join("journal")).pop().expect("segment");
     let first = records(&segment)[0];
     flip(&segment, first.offset + 40, 0x01);
-    let output = std::process::Command::new(BIN)
-        .args(["journal", "tail", "--raw", "-n", "2", "--data-dir"])
-        .arg(&data)
-        .output()
-        .expect("run updown");
-    let out = String::from_utf8_lossy(&output.stdout);
-    let err = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{out}{err}");
-    let seqs: Vec<u64> = out
-        .lines()
-        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
-        .collect();
-    assert_eq!(seqs, vec![first.seq - 2, first.seq - 1], "{out}{err}");
+    let (seqs, err) = failed_tail(&data, 2, &["--raw"]);
+    assert_eq!(seqs, vec![first.seq - 2, first.seq - 1], "{err}");
     assert!(
         err.contains(&format!("byte offset {}", first.offset)),
         "{err}"
