@@ -1105,6 +1105,34 @@ fn flooding_commands_closes_with_1008() {
     assert_eq!(c.close_code(WAIT), 1008);
 }
 
+/// Pings and pongs have a bucket of their own, of the commands' size: a
+/// flood of them closes with 1008 (it cost a core, unbounded), and a
+/// burst of commands does not use up the room of the pongs.
+#[test]
+fn flooding_pings_or_pongs_closes_with_1008() {
+    for pong in [false, true] {
+        let venue = Venue::start();
+        let mut c = connect(venue.addr());
+        for id in 0..20 {
+            c.send(&json!({ "id": id, "cmd": "list_subscriptions" }));
+        }
+        for id in 0..20 {
+            assert_eq!(c.replies(id, 1)[0]["type"], "ok");
+        }
+        for _ in 0..100 {
+            let frame = if pong {
+                Message::Pong(Vec::new().into())
+            } else {
+                Message::Ping(Vec::new().into())
+            };
+            if c.ws.send(frame).is_err() {
+                break;
+            }
+        }
+        assert_eq!(c.close_code(WAIT), 1008, "pong {pong}");
+    }
+}
+
 #[test]
 fn a_message_over_64_kb_closes_with_1009_and_one_of_64_kb_is_taken() {
     let venue = Venue::start();

@@ -320,6 +320,10 @@ struct Session {
     live: BTreeSet<Sid>,
     auth: Option<Auth>,
     bucket: Bucket,
+    /// The client's pings and pongs, on a bucket of their own of the same
+    /// size: a pong flood cost a core (a security trial), while a pong a
+    /// ping interval must never use up a burst of commands.
+    control: Bucket,
 }
 
 /// How a session ended.
@@ -366,6 +370,7 @@ async fn run(app: Arc<App>, fut: UpgradeFut, slot: Slot, auth: Option<Auth>, ip:
         live: BTreeSet::new(),
         auth,
         bucket: Bucket::new(),
+        control: Bucket::new(),
     };
     let end = session.serve(&mut in_rx, &mut out_rx).await;
     hub.send(Control::Close { conn });
@@ -506,6 +511,11 @@ impl Session {
                             if !self.text(&protocol::error(&Value::Null, &e)).await {
                                 return End::Gone;
                             }
+                        }
+                        Incoming::Ping(_) | Incoming::Pong if !self.control.take() => {
+                            return self.close(close::POLICY, &format!(
+                                "Too many pings and pongs: at most {WS_COMMANDS_PER_SECOND} per second, bursts of {WS_COMMANDS_BURST}."
+                            )).await;
                         }
                         Incoming::Ping(payload) => {
                             if !self.write(OpCode::Pong, &payload).await {
