@@ -954,9 +954,6 @@ impl Loop {
 mod tests {
     use super::*;
 
-    /// Wrong keys queued before the lockout began (sent all at once, each
-    /// past the gateway's check) are refused by the sequencer's own check
-    /// once the lockout starts: no more keys are tested than it allows.
     /// A sequencer loop on a fresh journal in `dir`, not running.
     fn test_loop(dir: &std::path::Path) -> Loop {
         let config = replay::NodeConfig {
@@ -1020,6 +1017,9 @@ mod tests {
         assert_eq!(this.metrics.abandoned_reads.load(Ordering::Relaxed), 1);
     }
 
+    /// Wrong keys queued before the lockout began (sent all at once, each
+    /// past the gateway's check) are refused by the sequencer's own check
+    /// once the lockout starts: no more keys are tested than it allows.
     #[test]
     fn queued_wrong_keys_test_no_more_keys_than_the_lockout_allows() {
         let dir = tempfile::tempdir().unwrap();
