@@ -86,10 +86,11 @@ pub struct Recovery {
     /// and was removed; it is re-created by the next append.
     pub removed_empty_segment: Option<PathBuf>,
     /// The seq the journal's next record must carry, when the journal says:
-    /// `last_seq + 1`, or, with no record left, the first seq of the segment
-    /// that was removed for holding none (the records before it were in
-    /// segments removed earlier, so the journal is not new: whoever appends
-    /// must start there, from a snapshot through the seq before).
+    /// `last_seq + 1`, or, with no record left, the first seq named by the
+    /// header of its only segment, which is kept empty (the records before
+    /// it were in segments removed earlier, so the journal is not new:
+    /// whoever appends must start there, from a snapshot through the seq
+    /// before).
     pub next_seq: Option<u64>,
 }
 
@@ -147,6 +148,17 @@ pub struct Journal {
 pub struct SyncCount {
     pub syncs: u64,
     pub micros: u64,
+}
+
+impl SyncCount {
+    /// `fdatasync` of `file`, counted and timed whether it fails or not.
+    fn sync(&mut self, file: &File) -> std::io::Result<()> {
+        let started = Instant::now();
+        let synced = file.sync_data();
+        self.syncs += 1;
+        self.micros += started.elapsed().as_micros() as u64;
+        synced
+    }
 }
 
 /// The file a writer locks in its journal directory.
@@ -242,14 +254,10 @@ impl Journal {
                 let next_present = found.segments.get(f.seg_pos).map(|s| s.path.as_path());
                 return Err(f.problem.to_error(next_present));
             }
-            // What the cut keeps: through the last whole record, or, when
-            // no record is left, through the seq before the first one the
-            // remaining segment was made for (older segments removed).
-            let kept = found
-                .next_seq
-                .map(|next| next.saturating_sub(1))
-                .or(found.last_seq)
-                .unwrap_or(0);
+            // What the cut keeps: everything before the seq the next record
+            // must carry (after the last whole record, or, when no record
+            // is left, the first seq the remaining segment was made for).
+            let kept = found.next_seq.map_or(0, |next| next.saturating_sub(1));
             if kept < keep_through && !truncate_on_corruption {
                 return Err(JournalError::CutWouldDrop {
                     segment: f.problem.segment,
@@ -593,11 +601,7 @@ impl Journal {
     fn flush(&mut self) -> Result<(), JournalError> {
         if let Some(a) = self.active.as_mut() {
             if a.pos > a.synced || self.deferred {
-                let started = Instant::now();
-                let synced = a.file.sync_data();
-                self.syncs.syncs += 1;
-                self.syncs.micros += started.elapsed().as_micros() as u64;
-                if let Err(e) = synced {
+                if let Err(e) = self.syncs.sync(&a.file) {
                     self.poisoned = true;
                     return Err(JournalError::io(
                         format!("flushing segment {}", a.path.display()),
@@ -632,11 +636,7 @@ impl Journal {
             // deferred `SyncPoint` for an earlier range of this segment may
             // still be in flight on another thread, and the records of the
             // next segment must never be durable before these.
-            let started = Instant::now();
-            let synced = a.file.sync_data();
-            self.syncs.syncs += 1;
-            self.syncs.micros += started.elapsed().as_micros() as u64;
-            if let Err(e) = synced {
+            if let Err(e) = self.syncs.sync(&a.file) {
                 self.poisoned = true;
                 return Err(JournalError::io(
                     format!("flushing sealed segment {}", a.path.display()),
