@@ -187,15 +187,6 @@ impl Server {
         // The addresses are taken before the journal is opened: a start
         // that cannot serve must not journal a first configuration, which
         // would fix the venue's environment and series for good.
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(config.workers)
-            .thread_name("gateway")
-            .enable_all()
-            .build()
-            .map_err(|error| StartError::DataDir {
-                path: config.data_dir.clone(),
-                error,
-            })?;
         let public = reserve(config.listen)?;
         let private = reserve(config.admin_listen)?;
         if !config.admin_listen.ip().is_loopback() {
@@ -362,6 +353,16 @@ impl Server {
         });
         let engine = Engine::start(node, settings, metrics, failures, events);
         let submitter = engine.submitter.clone();
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.workers)
+            .thread_name("gateway")
+            .enable_all()
+            .build()
+            .map_err(|error| StartError::DataDir {
+                path: config.data_dir.clone(),
+                error,
+            })?;
 
         if venue_changes {
             let reply = runtime.block_on(submitter.internal(Command::Configure(venue.clone())));
