@@ -818,33 +818,31 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
     // A snapshot is written only once the journal holds its seq: one past
     // the journal's end proves that acknowledged records are gone (start-up
     // refuses such a journal).
-    {
-        let end = report.last_seq.unwrap_or(0);
-        if let Some((seq, path)) = newest_snapshot.filter(|(seq, _)| *seq > end) {
-            if json {
-                println!(
-                    "{}",
-                    json!({
-                        "ok": false, "problem": "records missing", "snapshot": path.display().to_string(),
-                        "snapshot_seq": seq, "records": report.records, "first_seq": report.first_seq,
-                        "last_seq": report.last_seq,
-                    })
-                );
-            } else {
-                println!(
-                    "DAMAGED: records missing: snapshot {} holds seq {seq}, but the journal ends at seq {end} \
-                     (a lost segment or tail)",
-                    path.display()
-                );
-            }
-            return Err(Finding(format!(
-                "journal {} is damaged: records {} .. {seq} are missing (snapshot {} holds them)",
-                dir.display(),
-                end + 1,
+    let end = report.last_seq.unwrap_or(0);
+    if let Some((seq, path)) = newest_snapshot.filter(|(seq, _)| *seq > end) {
+        if json {
+            println!(
+                "{}",
+                json!({
+                    "ok": false, "problem": "records missing", "snapshot": path.display().to_string(),
+                    "snapshot_seq": seq, "records": report.records, "first_seq": report.first_seq,
+                    "last_seq": report.last_seq,
+                })
+            );
+        } else {
+            println!(
+                "DAMAGED: records missing: snapshot {} holds seq {seq}, but the journal ends at seq {end} \
+                 (a lost segment or tail)",
                 path.display()
-            ))
-            .into());
+            );
         }
+        return Err(Finding(format!(
+            "journal {} is damaged: records {} .. {seq} are missing (snapshot {} holds them)",
+            dir.display(),
+            end + 1,
+            path.display()
+        ))
+        .into());
     }
     if json {
         println!(
