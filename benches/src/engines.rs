@@ -97,6 +97,9 @@ impl Outcome {
 trait Engine<T> {
     fn step(&mut self, item: &T);
     fn end_batch(&mut self) {}
+    /// Called with the next item before `step` of the current one, as the
+    /// venue's drivers do (`State::prefetch`): a cache hint, no effect.
+    fn ahead(&mut self, _next: &T) {}
 }
 
 /// Feeds `items` to `engine` in batches and returns the wall time. With
@@ -116,17 +119,25 @@ fn drive<T, E: Engine<T>>(
     let start = Instant::now();
     match latencies {
         None => {
-            for chunk in items.chunks(batch) {
-                for item in chunk {
+            for (c, chunk) in items.chunks(batch).enumerate() {
+                for (i, item) in chunk.iter().enumerate() {
+                    if let Some(next) = items.get(c * batch + i + 1) {
+                        engine.ahead(next);
+                    }
                     engine.step(item);
                 }
                 engine.end_batch();
             }
         }
         Some(latencies) => {
-            for (chunk, chunk_labels) in items.chunks(batch).zip(labels.chunks(batch)) {
-                for (item, label) in chunk.iter().zip(chunk_labels) {
+            for (c, (chunk, chunk_labels)) in
+                items.chunks(batch).zip(labels.chunks(batch)).enumerate()
+            {
+                for (i, (item, label)) in chunk.iter().zip(chunk_labels).enumerate() {
                     let t = clock::ticks();
+                    if let Some(next) = items.get(c * batch + i + 1) {
+                        engine.ahead(next);
+                    }
                     engine.step(item);
                     let ns = clock::nanos_between(t, clock::ticks());
                     latencies.command.saturating_record(ns);
@@ -162,6 +173,10 @@ struct Core {
 }
 
 impl Engine<Stamped> for Core {
+    #[inline]
+    fn ahead(&mut self, next: &Stamped) {
+        self.state.prefetch(&next.command);
+    }
     #[inline]
     fn step(&mut self, stamped: &Stamped) {
         if self.state.apply(stamped, &mut self.events).is_rejected() {
@@ -208,6 +223,10 @@ struct Journaled {
 }
 
 impl Engine<Stamped> for Journaled {
+    #[inline]
+    fn ahead(&mut self, next: &Stamped) {
+        self.node.state().prefetch(&next.command);
+    }
     #[inline]
     fn step(&mut self, stamped: &Stamped) {
         // `Node::submit` takes the command by value and stamps it itself

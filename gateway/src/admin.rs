@@ -67,14 +67,22 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .with_state(admin)
 }
 
-/// Refuses requests without the token (constant-time compare).
+/// Refuses requests without the token (constant-time compare), and those
+/// that send two `Authorization` headers, as the public API does: which of
+/// them would count is for no proxy in between to decide.
 async fn guard(State(admin): Shared, request: Request, next: Next) -> Response {
-    let given = request
+    let mut sent = request
         .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+        .get_all(axum::http::header::AUTHORIZATION)
+        .iter();
+    let given = match (sent.next(), sent.next()) {
+        (Some(value), None) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or(""),
+        _ => "",
+    };
     if given.len() != admin.token.len()
         || !bool::from(given.as_bytes().ct_eq(admin.token.as_bytes()))
     {

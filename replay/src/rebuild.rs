@@ -106,9 +106,13 @@ pub(crate) fn replay_bounded(
             std::sync::mpsc::sync_channel::<Result<Vec<Stamped>, ReplayError>>(DECODED_CHUNKS);
         scope.spawn(move || decode_ahead(reader, first, until, tx));
         for chunk in rx {
-            for stamped in chunk? {
+            let chunk = chunk?;
+            for (i, stamped) in chunk.iter().enumerate() {
+                if let Some(next) = chunk.get(i + 1) {
+                    state.prefetch(&next.command);
+                }
                 events.clear();
-                state.apply(&stamped, &mut events);
+                state.apply(stamped, &mut events);
                 // Rules this build does not know: going on under older ones
                 // would rebuild a state the journal never described.
                 if let sequencer::Command::SetRules { version } = stamped.command {
@@ -120,7 +124,7 @@ pub(crate) fn replay_bounded(
                         });
                     }
                 }
-                observe(&stamped, &events);
+                observe(stamped, &events);
                 applied += 1;
             }
         }

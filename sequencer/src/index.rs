@@ -138,26 +138,17 @@ impl ClientOrderIndex {
         }
     }
 
-    /// Starts loading the cache line where a lookup of `hash` begins, so
-    /// that the work done before the lookup hides part of a miss (the
-    /// table is large and its slots are hit at random). No effect on any
-    /// result.
+    /// Starts loading the cache lines where a lookup of `hash` begins (in
+    /// the old table too while the table grows), so that the work done
+    /// before the lookup hides part of a miss (the table is large and its
+    /// slots are hit at random). No effect on any result.
     #[inline]
     pub fn prefetch(&self, hash: u64) {
-        if self.slots.is_empty() {
-            return;
+        for slots in [&self.slots, &self.old] {
+            if !slots.is_empty() {
+                crate::hint::prefetch(&slots[hash as usize & (slots.len() - 1)]);
+            }
         }
-        let slot = &self.slots[hash as usize & (self.slots.len() - 1)];
-        // SAFETY: a prefetch is a hint: it reads nothing into the program and
-        // cannot fault, whatever the address; SSE is in every x86-64 CPU.
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                slot.as_ptr().cast(),
-            );
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = slot;
     }
 
     /// Adds an entry; the caller has checked that it is not there.

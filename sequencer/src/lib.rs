@@ -20,6 +20,7 @@ pub mod engine;
 pub mod event;
 pub mod fees;
 pub mod hash;
+mod hint;
 pub mod index;
 pub mod invariants;
 pub mod limits;

@@ -834,6 +834,20 @@ fn the_admin_endpoint_needs_its_token_listens_on_loopback_and_hides_its_token_fi
         vec![("Authorization", token.clone())],
         vec![("X-Admin-Token", token.clone())],
         vec![("Cookie", format!("token={token}"))],
+        // Two Authorization headers, the right token in either or both:
+        // which one counts is not for a proxy in between to decide.
+        vec![
+            ("Authorization", format!("Bearer {token}")),
+            ("Authorization", format!("Bearer {token}")),
+        ],
+        vec![
+            ("Authorization", format!("Bearer {token}")),
+            ("Authorization", format!("Bearer {wrong_same_length}")),
+        ],
+        vec![
+            ("Authorization", format!("Bearer {wrong_same_length}")),
+            ("Authorization", format!("Bearer {token}")),
+        ],
     ];
     let routes = [
         ("POST", "/admin/accounts"),
