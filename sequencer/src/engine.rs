@@ -28,6 +28,14 @@ struct DryRun {
     crosses: bool,
     self_trade: bool,
     would_fill: u32,
+    /// What those fills cost the order (a buy) or bring it (a sell), each
+    /// at the order's own price of its trade: the resting order's price.
+    fill_cents: Cents,
+    /// The part of `fill_cents` of a buy filled against resting buys of the
+    /// other outcome: new pairs, which grow the market's collateral by that
+    /// much more than the resting buys they use up. A fill against a
+    /// resting sell only passes contracts on. 0 for a sell.
+    mint_cents: Cents,
 }
 
 /// Which permission a command needs.
@@ -887,7 +895,7 @@ impl State {
         dry: &DryRun,
     ) -> Result<(), Reject> {
         let exceeded = |message: String| Err(Reject::new(ErrorCode::LimitExceeded, message));
-        let notional = Cents::from(new.count) * Cents::from(new.price);
+        let notional = self.order_dollars(new, dry);
         if let Some(allowed) = &key.limits.series {
             if !allowed.contains(&series.config.ticker) {
                 return exceeded(format!(
@@ -898,8 +906,13 @@ impl State {
         }
         if let Some(max) = key.limits.max_order_cents {
             if notional as u64 > max {
+                let at = if notional == Cents::from(new.count) * Cents::from(new.price) {
+                    ""
+                } else {
+                    " at the prices it would fill at"
+                };
                 return exceeded(format!(
-                    "Key limit: the order is ${}, over this key's max order of ${}.",
+                    "Key limit: the order is ${}{at}, over this key's max order of ${}.",
                     dollars(notional),
                     dollars(max as Cents)
                 ));
@@ -941,7 +954,13 @@ impl State {
                     dollars(cap)
                 ));
             }
-            let exposure = market.collateral() + market.resting_buy_notional + notional;
+            let added = if self.rules >= 2 {
+                let resting = if rests { new.count - dry.would_fill } else { 0 };
+                dry.mint_cents + Cents::from(resting) * Cents::from(new.price)
+            } else {
+                notional
+            };
+            let exposure = market.collateral() + market.resting_buy_notional + added;
             if exposure > series.config.market_cap_cents {
                 return exceeded(format!(
                     "Market limit: the order would take market {} past its cap of ${} for all users.",
@@ -951,6 +970,20 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// An order's dollars for the key's max order and max per day: the most
+    /// it can trade for. A buy never pays more than its limit. A sell fills
+    /// at once at the resting buyers' prices, which may be far above its
+    /// limit, and later only at its limit (rules 2, the eleventh session).
+    /// Rules before 2 took `count x limit` for a sell too, which let a sell
+    /// priced at 0.01 into bids at 0.90 trade 90 times the key's max order.
+    fn order_dollars(&self, new: &NewOrder, dry: &DryRun) -> Cents {
+        let at_limit = Cents::from(new.count) * Cents::from(new.price);
+        if self.rules < 2 || new.action == Action::Buy {
+            return at_limit;
+        }
+        dry.fill_cents + Cents::from(new.count - dry.would_fill) * Cents::from(new.price)
     }
 
     fn check_balance(
@@ -1004,6 +1037,8 @@ impl State {
             crosses: false,
             self_trade: false,
             would_fill: 0,
+            fill_cents: 0,
+            mint_cents: 0,
         };
         let mut need = new.count;
         let mut level = opposite.best();
@@ -1022,6 +1057,14 @@ impl State {
                 let take = need.min(n.remaining);
                 need -= take;
                 dry.would_fill += take;
+                let cents = Cents::from(take)
+                    * Cents::from(own_price(new.outcome, up_price(side.other(), best)));
+                dry.fill_cents += cents;
+                if new.action == Action::Buy
+                    && self.order(n.order).is_some_and(|o| o.action == Action::Buy)
+                {
+                    dry.mint_cents += cents;
+                }
                 node = market.book.next(node);
             }
             level = opposite.next_below(best);
@@ -1071,6 +1114,7 @@ impl State {
         };
         order.hold = order.hold_formula();
         let top_before = self.top(market_id);
+        let order_dollars = self.order_dollars(new, &dry);
         // Commit cash or contracts for the whole order; fills and the end of
         // the order release them.
         let account = self.account_mut(account_id).expect("key's account");
@@ -1089,7 +1133,7 @@ impl State {
             key.day = today;
             key.day_used_cents = 0;
         }
-        key.day_used_cents += u64::from(new.count) * u64::from(new.price);
+        key.day_used_cents += order_dollars as u64;
         self.client_orders
             .insert(new.client_order_id.index_hash(account_id), id);
         self.orders.push(order);
@@ -1155,11 +1199,7 @@ impl State {
                 let qty = left.min(node.remaining);
                 left -= qty;
                 level_delta -= i64::from(qty);
-                let up_price = if opposite == Outcome::Up {
-                    best
-                } else {
-                    flip(best)
-                };
+                let up_price = up_price(opposite, best);
                 let market = &mut self.markets[taker_market as usize];
                 let maker_left = market.book.reduce(opposite, best, node_index, qty);
                 self.trade(id, node.order, qty, up_price, rates, events);
@@ -1241,11 +1281,7 @@ impl State {
         let now = self.now_ms;
         let fill_id = self.fills.next_id();
         let order = &mut self.orders[id];
-        let own_price = if order.outcome == Outcome::Up {
-            up_price
-        } else {
-            flip(up_price)
-        };
+        let own_price = own_price(order.outcome, up_price);
         debug_assert!(match order.action {
             Action::Buy => own_price <= order.price,
             Action::Sell => own_price >= order.price,
@@ -1606,6 +1642,25 @@ impl State {
 }
 
 /// The side and side-scale price an order rests at.
+/// The Up price of a trade with a resting order at `level` on `side` of
+/// the book: resting orders trade at their own price.
+fn up_price(side: Outcome, level: PriceCents) -> PriceCents {
+    if side == Outcome::Up {
+        level
+    } else {
+        flip(level)
+    }
+}
+
+/// What one contract of `outcome` changes hands at in a trade at `up_price`.
+fn own_price(outcome: Outcome, up_price: PriceCents) -> PriceCents {
+    if outcome == Outcome::Up {
+        up_price
+    } else {
+        flip(up_price)
+    }
+}
+
 fn book_place(new: &NewOrder) -> (Outcome, PriceCents) {
     let side = new.action.book_side(new.outcome);
     match new.action {

@@ -96,8 +96,13 @@ pub const LIVE_SCAN_MAX: usize = 10_000;
 /// - 1 (sixth session): a window opens at the first print after its open,
 ///   on the last print at or before it (0: at the first command after the
 ///   open, on the last print at or before it known then); a print more
-///   than `PRINT_AHEAD_MS_MAX` ahead of the venue's clock is refused.
-pub const RULES_CURRENT: u32 = 1;
+///   than `PRINT_AHEAD_MS_MAX` ahead of the venue's clock is refused;
+/// - 2 (eleventh session): a sell counts towards the key's max order and
+///   max per day at the prices it fills at on entry (the resting buyers'),
+///   not at its limit alone; a buy counts towards the market cap only by
+///   what it adds (pairs it mints, the part that rests), not by the part
+///   that takes over contracts from resting sells.
+pub const RULES_CURRENT: u32 = 2;
 /// How far a print's `t_ms` may be ahead of the venue's clock (the stamp
 /// of the command that brings it): room for a feed's clock running a
 /// little fast, not for a print from the future. One print far ahead would

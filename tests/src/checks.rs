@@ -535,7 +535,14 @@ fn check_limits_after(state: &State, key: KeyIdx, order: &Order) -> Result<(), S
     let key = state.key(key).ok_or("an accepted order with no key")?;
     let market = &state.markets[order.market as usize];
     let series = &state.series_of(market).config;
-    let notional = u64::from(order.count) * u64::from(order.price);
+    // Rules 2: a sell counts what it filled at entry at the resting
+    // buyers' prices, and the rest at its limit.
+    let notional = match order.action {
+        Action::Sell if state.rules >= 2 => {
+            order.fill_cost as u64 + u64::from(order.count - order.filled) * u64::from(order.price)
+        }
+        _ => u64::from(order.count) * u64::from(order.price),
+    };
     let limits = &key.limits;
     if limits.max_order_cents.is_some_and(|max| notional > max) {
         return Err(format!(

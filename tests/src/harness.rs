@@ -50,7 +50,12 @@ impl Venue {
     /// A venue at `T0` with the default series listed and its first window
     /// open on a price of 100.
     pub fn new() -> Self {
-        Self::with_series(SeriesConfig {
+        Self::with_series(Self::default_series())
+    }
+
+    /// The series of [`Venue::new`].
+    pub fn default_series() -> SeriesConfig {
+        SeriesConfig {
             ticker: SERIES.into(),
             symbol: SYMBOL.into(),
             window_ms: WINDOW_MS,
@@ -58,12 +63,21 @@ impl Venue {
             taker_fee_bps: 700,
             maker_fee_bps: 0,
             market_cap_cents: 1_000_000_00,
-        })
+        }
     }
 
     /// A venue at `T0` with one series.
     pub fn with_series(series: SeriesConfig) -> Self {
-        let mut venue = Self::empty();
+        Self::with_series_under(sequencer::limits::RULES_CURRENT, series)
+    }
+
+    /// A venue at `T0` with one series, under business rules `rules` (those
+    /// of a journal an older build wrote; 0: before rules were versioned).
+    pub fn with_series_under(rules: u32, series: SeriesConfig) -> Self {
+        let mut venue = Self::unversioned();
+        if rules > 0 {
+            venue.ok(Command::SetRules { version: rules });
+        }
         venue.ok(Command::Configure(VenueConfig::default()));
         venue.ok(Command::Price {
             symbol: series.symbol.clone(),

@@ -12,7 +12,7 @@ use sequencer::types::{
     ClientOrderId, Environment, KeyLimits, MarketStatus, OrderStatus, Outcome, Scopes,
 };
 use sequencer::{Command, ErrorCode, Reply};
-use tests::harness::{big_limits, Venue, SERIES, SYMBOL, T0, WINDOW_MS};
+use tests::harness::{big_limits, Trader, Venue, SERIES, SYMBOL, T0, WINDOW_MS};
 
 // ----- the order state table ------------------------------------------------
 
@@ -565,6 +565,151 @@ fn account_cap_on_amount_at_risk_and_market_cap_for_all_users() {
         "{}",
         reject.message
     );
+}
+
+/// A trader holding `count` Up contracts of the open market, bought from a
+/// second trader (new pairs at 0.50), and a second key of the same account
+/// with the default limits of a trade key ($20 an order, $500 a day).
+fn holder_with_default_key(v: &mut Venue, count: u32) -> (Trader, Trader) {
+    let holder = v.trader(10_000_00);
+    let other = v.trader(10_000_00);
+    v.place(holder, &format!("buy up 0.50 x{count}")).unwrap();
+    v.place(other, &format!("buy down 0.50 x{count}")).unwrap();
+    assert_eq!(v.position(holder, Outcome::Up), u64::from(count));
+    let key = v.key(
+        holder.account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        KeyLimits::default(),
+    );
+    (
+        holder,
+        Trader {
+            account: holder.account,
+            key,
+        },
+    )
+}
+
+/// Rules 2: a sell's dollars are what it trades for. Priced at 0.01 into a
+/// bid at 0.90, a sell of 100 trades $90, not $1: a key's max order and
+/// max per day bound what it trades, whatever limit the sell names.
+#[test]
+fn a_sell_counts_towards_key_limits_at_the_prices_it_fills_at() {
+    let mut v = Venue::new();
+    let (holder, limited) = holder_with_default_key(&mut v, 100);
+    let bidder = v.trader(10_000_00);
+    v.place(bidder, "buy up 0.90 x100").unwrap();
+    let m = v.refused(limited, "sell up 0.01 x100 ioc", ErrorCode::LimitExceeded);
+    assert_eq!(
+        m,
+        "Key limit: the order is $90.00 at the prices it would fill at, over this key's max order of $20.00."
+    );
+    // 22 x 0.90 = $19.80 fits; the day counts the $19.80 it traded.
+    let sold = v.place(limited, "sell up 0.01 x22 ioc").unwrap();
+    assert_eq!((sold.filled, sold.fill_cost), (22, 22 * 90));
+    assert_eq!(v.state.keys[limited.key as usize].day_used_cents, 19_80);
+    // 23 more at 0.85 would all fill at 0.90: $20.70.
+    let m = v.refused(limited, "sell up 0.85 x23", ErrorCode::LimitExceeded);
+    assert!(m.contains("$20.70 at the prices it would fill at"), "{m}");
+    // What rests counts at its limit.
+    let rested = v.place(limited, "sell up 0.95 x21").unwrap();
+    assert_eq!(rested.filled, 0, "0.95 is above every bid");
+    assert_eq!(
+        v.state.keys[limited.key as usize].day_used_cents,
+        19_80 + 21 * 95
+    );
+    // Cancelled, its remainder gives back what it counted.
+    v.cancel(limited, rested.id).unwrap();
+    assert_eq!(v.state.keys[limited.key as usize].day_used_cents, 19_80);
+    let _ = holder;
+}
+
+/// Rules 2: in a market at its cap, a buy that only takes over contracts
+/// from resting sells adds nothing and is taken; one that would rest or
+/// mint new pairs past the cap is refused.
+#[test]
+fn a_buy_from_resting_sells_fits_a_market_at_its_cap() {
+    let tiny = SeriesConfig {
+        market_cap_cents: 10_00,
+        ..Venue::default_series()
+    };
+    let mut v = Venue::with_series(tiny);
+    let (a, b, c) = (v.trader(100_00), v.trader(100_00), v.trader(100_00));
+    v.place(a, "buy up 0.50 x10").unwrap();
+    v.place(b, "buy down 0.50 x10").unwrap();
+    let exposure = |v: &Venue| {
+        let m = &v.state.markets[v.market() as usize];
+        m.collateral() + m.resting_buy_notional
+    };
+    assert_eq!(exposure(&v), 10_00, "at the cap");
+    v.place(a, "sell up 0.50 x4").unwrap();
+    // 4 from the sell and one more resting: $0.50 past the cap.
+    let m = v.refused(c, "buy up 0.50 x5", ErrorCode::LimitExceeded);
+    assert!(m.starts_with("Market limit"), "{m}");
+    let bought = v.place(c, "buy up 0.50 x4").unwrap();
+    assert_eq!(bought.filled, 4);
+    assert_eq!(exposure(&v), 10_00, "passing contracts on adds nothing");
+    // A buy that would rest past the cap is still refused; one from a
+    // resting sell of the other outcome is taken.
+    let m = v.refused(c, "buy up 0.40 x1", ErrorCode::LimitExceeded);
+    assert!(m.starts_with("Market limit"), "{m}");
+    v.place(b, "sell down 0.50 x1").unwrap();
+    v.place(c, "buy down 0.50 x1 ioc").unwrap();
+    assert_eq!(exposure(&v), 10_00);
+
+    // Minting counts what the pair adds: at the taker's price of the
+    // trade (0.50 against a resting 0.50), not its limit (0.60).
+    let tiny = SeriesConfig {
+        market_cap_cents: 10_00,
+        ..Venue::default_series()
+    };
+    let mut v = Venue::with_series(tiny);
+    let (a, c) = (v.trader(100_00), v.trader(100_00));
+    v.place(a, "buy up 0.50 x19").unwrap();
+    assert_eq!(exposure(&v), 9_50);
+    let m = v.refused(c, "buy down 0.60 x2 ioc", ErrorCode::LimitExceeded);
+    assert!(m.starts_with("Market limit"), "{m}");
+    v.place(c, "buy down 0.60 x1 ioc").unwrap();
+    assert_eq!(exposure(&v), 10_00);
+}
+
+/// Journals written under rules 1 replay as they ran: a sell counted at its
+/// limit, and a buy counted whole towards the market cap.
+#[test]
+fn rules_one_count_orders_at_their_limit() {
+    let mut v = Venue::with_series_under(1, Venue::default_series());
+    let (_, limited) = holder_with_default_key(&mut v, 100);
+    let bidder = v.trader(10_000_00);
+    v.place(bidder, "buy up 0.90 x100").unwrap();
+    let sold = v.place(limited, "sell up 0.01 x100 ioc").unwrap();
+    assert_eq!(sold.filled, 100);
+    assert_eq!(v.state.keys[limited.key as usize].day_used_cents, 1_00);
+
+    let tiny = SeriesConfig {
+        market_cap_cents: 10_00,
+        ..Venue::default_series()
+    };
+    let mut v = Venue::with_series_under(1, tiny);
+    let (a, b, c) = (v.trader(100_00), v.trader(100_00), v.trader(100_00));
+    v.place(a, "buy up 0.50 x10").unwrap();
+    v.place(b, "buy down 0.50 x10").unwrap();
+    v.place(a, "sell up 0.50 x4").unwrap();
+    let m = v.refused(c, "buy up 0.50 x4", ErrorCode::LimitExceeded);
+    assert!(m.starts_with("Market limit"), "{m}");
+    let mut v = Venue::with_series_under(
+        1,
+        SeriesConfig {
+            market_cap_cents: 10_00,
+            ..Venue::default_series()
+        },
+    );
+    let (a, c) = (v.trader(100_00), v.trader(100_00));
+    v.place(a, "buy up 0.50 x19").unwrap();
+    let m = v.refused(c, "buy down 0.60 x1 ioc", ErrorCode::LimitExceeded);
+    assert!(m.starts_with("Market limit"), "{m}");
 }
 
 #[test]
