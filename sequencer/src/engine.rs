@@ -636,6 +636,15 @@ impl State {
             trading_allowed: account.trading_allowed,
             suspended: account.suspended,
         });
+        // Rules 2: a suspended account cannot cancel (its keys get 401), so
+        // nothing of it may go on trading: its resting orders are cancelled
+        // and their holds released. (Rules 1 left them on the book, where
+        // they still filled.)
+        let mut resting = account.resting.clone();
+        if flag == AccountFlag::Suspended && value && self.rules >= 2 {
+            resting.sort_unstable(); // oldest first
+            self.cancel_many(&resting, events);
+        }
         Reply::Ok
     }
 
@@ -1573,9 +1582,14 @@ impl State {
             market.is_none_or(|t| m.ticker == t)
                 && series.is_none_or(|s| self.series[m.series as usize].config.ticker == s)
         });
-        // Level by level (oldest first within a level), one market at a
-        // time, so that each changed level has one book delta and each
-        // market one ticker change; the reply keeps the oldest-first list.
+        self.cancel_many(&resting, events);
+        Reply::Canceled { order_ids: resting }
+    }
+
+    /// Cancels resting orders, given oldest first: level by level (oldest
+    /// first within a level), one market at a time, so that each changed
+    /// level has one book delta and each market one ticker change.
+    fn cancel_many(&mut self, resting: &[OrderId], events: &mut Vec<Event>) {
         let mut by_level: Vec<_> = resting.iter().map(|&id| (self.level_of(id), id)).collect();
         by_level.sort_by_key(|&(level, _)| level);
         for run in by_level.chunk_by(|a, b| a.0 .0 == b.0 .0) {
@@ -1585,7 +1599,6 @@ impl State {
             self.cancel_resting_levels(&ids, events);
             self.emit_ticker_if_changed(market, top_before, events);
         }
-        Reply::Canceled { order_ids: resting }
     }
 
     // ----- events ---------------------------------------------------------------

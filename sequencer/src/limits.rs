@@ -101,7 +101,8 @@ pub const LIVE_SCAN_MAX: usize = 10_000;
 ///   max per day at the prices it fills at on entry (the resting buyers'),
 ///   not at its limit alone; a buy counts towards the market cap only by
 ///   what it adds (pairs it mints, the part that rests), not by the part
-///   that takes over contracts from resting sells.
+///   that takes over contracts from resting sells; suspending an account
+///   cancels its resting orders (it can no longer cancel them itself).
 pub const RULES_CURRENT: u32 = 2;
 /// How far a print's `t_ms` may be ahead of the venue's clock (the stamp
 /// of the command that brings it): room for a feed's clock running a

@@ -712,6 +712,49 @@ fn rules_one_count_orders_at_their_limit() {
     assert!(m.starts_with("Market limit"), "{m}");
 }
 
+/// Rules 2: a suspended account's keys are refused, cancels included, so
+/// its resting orders are cancelled at the suspension, holds and committed
+/// contracts released, and nothing of it trades until it is unsuspended.
+/// Under rules 1 they stayed on the book and filled.
+#[test]
+fn suspending_an_account_cancels_its_resting_orders() {
+    for rules in [1, sequencer::limits::RULES_CURRENT] {
+        let mut v = Venue::with_series_under(rules, Venue::default_series());
+        let (a, b) = (v.trader(100_00), v.trader(100_00));
+        v.place(a, "buy up 0.50 x10").unwrap();
+        v.place(b, "buy down 0.50 x10").unwrap();
+        let buy = v.place(a, "buy up 0.40 x5").unwrap();
+        let sell = v.place(a, "sell up 0.70 x4").unwrap();
+        v.ok(Command::SetAccountFlag {
+            account: a.account,
+            flag: AccountFlag::Suspended,
+            value: true,
+        });
+        let status = |v: &Venue, id| v.state.order(id).unwrap().status;
+        if rules < 2 {
+            assert_eq!(status(&v, buy.id), OrderStatus::Resting);
+            assert_eq!(v.book(), "up:0.40:5|down:0.30:4");
+            continue;
+        }
+        assert_eq!(status(&v, buy.id), OrderStatus::Canceled);
+        assert_eq!(status(&v, sell.id), OrderStatus::Canceled);
+        assert_eq!(v.book(), "up:|down:");
+        assert_eq!(v.buying_power(a), v.cash(a), "no hold left");
+        let account = v.state.account(a.account).unwrap();
+        assert!(account.resting.is_empty());
+        assert!(account.positions.values().all(|p| p.committed == 0));
+        // The cancellations are published like any other.
+        assert!(v.events.iter().any(|e| matches!(
+            e,
+            Event::Order(update) if update.id == buy.id && update.status == OrderStatus::Canceled
+        )));
+        assert_eq!(
+            v.refused(a, "buy up 0.50 x1", ErrorCode::Unauthorized),
+            "This account is suspended."
+        );
+    }
+}
+
 #[test]
 fn keys_are_refused_when_revoked_expired_suspended_or_of_the_other_environment() {
     let mut v = Venue::new();
