@@ -367,10 +367,14 @@ impl Server {
         if venue_changes {
             let reply = runtime.block_on(submitter.internal(Command::Configure(venue.clone())));
             accepted(reply, "the venue's settings")?;
-            tracing::info!(
+            // A warning: a start without the usual --config puts the
+            // defaults back over what the venue ran with.
+            tracing::warn!(
                 practice_book_open = venue.practice_book_open,
                 account_risk_cap_cents = venue.account_risk_cap_cents,
-                "venue settings changed"
+                was_practice_book_open = journaled.practice_book_open,
+                was_account_risk_cap_cents = journaled.account_risk_cap_cents,
+                "venue settings changed from the journal's by this start's configuration"
             );
         }
 
