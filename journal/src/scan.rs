@@ -137,6 +137,12 @@ pub(crate) struct Scan {
     pub problem: Option<Found>,
 }
 
+/// The seq a journal whose next record must carry `next_seq` ends at: the
+/// one before (0 when nothing says, a new journal).
+pub(crate) fn end_seq(next_seq: Option<u64>) -> u64 {
+    next_seq.map_or(0, |next| next.saturating_sub(1))
+}
+
 struct SegScan {
     records: u64,
     first_seq: Option<u64>,

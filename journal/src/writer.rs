@@ -94,6 +94,15 @@ pub struct Recovery {
     pub next_seq: Option<u64>,
 }
 
+impl Recovery {
+    /// The seq the journal ends at: the one before [`Recovery::next_seq`]
+    /// (0 for a new journal). With no record left after older segments
+    /// were removed, it names the last record of those.
+    pub fn end_seq(&self) -> u64 {
+        crate::scan::end_seq(self.next_seq)
+    }
+}
+
 /// The segment being appended to.
 struct Active {
     index: u64,
@@ -257,7 +266,7 @@ impl Journal {
             // What the cut keeps: everything before the seq the next record
             // must carry (after the last whole record, or, when no record
             // is left, the first seq the remaining segment was made for).
-            let kept = found.next_seq.map_or(0, |next| next.saturating_sub(1));
+            let kept = crate::scan::end_seq(found.next_seq);
             if kept < keep_through && !truncate_on_corruption {
                 return Err(JournalError::CutWouldDrop {
                     segment: f.problem.segment,

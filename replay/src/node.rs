@@ -240,9 +240,7 @@ impl Node {
         // A snapshot past the journal's end (the journal was cut back after
         // damage) describes commands that are no longer recorded: never
         // start from one.
-        // With no record left after segments were removed, the journal's
-        // end is the seq before the one its next record must carry.
-        let journal_end = recovery.next_seq.map_or(0, |next| next.saturating_sub(1));
+        let journal_end = recovery.end_seq();
         let set_aside = match &config.snapshot_dir {
             Some(dir) => {
                 // Snapshots a writer left half-written (killed with the
