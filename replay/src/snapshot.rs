@@ -54,6 +54,12 @@ pub enum SnapshotError {
     Encode { seq: u64, reason: String },
     #[error("snapshot at seq {seq} was not written: {reason}")]
     Writer { seq: u64, reason: String },
+    #[error("snapshot {path} is of a venue under business rules version {version}, newer than this build's ({current}): the journal is replayed instead, and a newer build is needed for it")]
+    NewerRules {
+        path: PathBuf,
+        version: u32,
+        current: u32,
+    },
 }
 
 /// The file name of the snapshot as of `seq`.
@@ -334,6 +340,16 @@ pub fn load(path: &Path) -> Result<State, SnapshotError> {
             "holds seq {}, header says {seq}",
             state.last_seq
         )));
+    }
+    // A newer build's rules: going on from here under this build's would
+    // run a venue the journal never described. Passed over like a snapshot
+    // of another format; the journal's `SetRules` then stops the replay.
+    if state.rules > sequencer::limits::RULES_CURRENT {
+        return Err(SnapshotError::NewerRules {
+            path: path.to_path_buf(),
+            version: state.rules,
+            current: sequencer::limits::RULES_CURRENT,
+        });
     }
     Ok(state)
 }

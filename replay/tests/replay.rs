@@ -363,6 +363,37 @@ fn a_journal_with_newer_rules_is_refused_not_replayed_under_older_ones() {
         refused.to_string().contains("newer than this build's"),
         "{refused}"
     );
+    // A newer build's snapshot taken after that seq is passed over, not
+    // started from (an older build would otherwise serve the newer rules'
+    // state under its own, replaying nothing).
+    let snapshots = dir.path().join("snapshots");
+    let mut state = replay(&dir.path().join("journal"), None, Until::Seq(seq - 1))
+        .unwrap()
+        .state;
+    state.last_seq = seq;
+    state.rules = newer;
+    let path = snapshot::write(&snapshots, &mut state).unwrap();
+    let skipped = snapshot::load(&path).err().expect("passed over");
+    assert!(
+        skipped.to_string().contains(&format!(
+            "under business rules version {newer}, newer than this build's"
+        )),
+        "{skipped}"
+    );
+    let refused = replay(&dir.path().join("journal"), Some(&snapshots), Until::End)
+        .err()
+        .expect("refused");
+    assert!(
+        refused.to_string().starts_with(&format!("seq {seq} moves the venue")),
+        "{refused}"
+    );
+    let refused = Node::open(node_config(dir.path()), T0)
+        .err()
+        .expect("refused");
+    assert!(
+        refused.to_string().contains("newer than this build's"),
+        "{refused}"
+    );
 }
 
 /// A snapshot job holds the state as of the moment it was taken, however
