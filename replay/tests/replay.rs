@@ -373,7 +373,7 @@ fn a_journal_with_newer_rules_is_refused_not_replayed_under_older_ones() {
     state.last_seq = seq;
     state.rules = newer;
     let path = snapshot::write(&snapshots, &mut state).unwrap();
-    let skipped = snapshot::load(&path).err().expect("passed over");
+    let skipped = snapshot::load(&path).expect_err("passed over");
     assert!(
         skipped.to_string().contains(&format!(
             "under business rules version {newer}, newer than this build's"
@@ -384,7 +384,9 @@ fn a_journal_with_newer_rules_is_refused_not_replayed_under_older_ones() {
         .err()
         .expect("refused");
     assert!(
-        refused.to_string().starts_with(&format!("seq {seq} moves the venue")),
+        refused
+            .to_string()
+            .starts_with(&format!("seq {seq} moves the venue")),
         "{refused}"
     );
     let refused = Node::open(node_config(dir.path()), T0)
