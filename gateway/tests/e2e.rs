@@ -2148,11 +2148,15 @@ fn trading_paused_refuses_new_orders_while_cancels_still_work() {
 
     let until = now_ms() + 3_600_000;
     v.admin("/admin/trading/pause", json!({ "until_ts_ms": until }));
-    v.place(a.key(), &buy(&m, "up", "0.40", "1")).err_says(
-        503,
-        "TRADING_PAUSED",
-        &[&until.to_string()],
-    );
+    let paused = v.place(a.key(), &buy(&m, "up", "0.40", "1"));
+    let retry_after: u64 = paused
+        .retry_after
+        .as_deref()
+        .expect("a pause with an end gives Retry-After")
+        .parse()
+        .expect("whole seconds");
+    assert!((3_590..=3_600).contains(&retry_after), "{retry_after}");
+    paused.err_says(503, "TRADING_PAUSED", &[&until.to_string()]);
     // decisions.md: a retry of an order already placed still gets it.
     assert_eq!(id_of(&v.place_ok(a.key(), &first_body)), id_of(&first));
     // Reads and cancels still work.
@@ -2168,8 +2172,9 @@ fn trading_paused_refuses_new_orders_while_cancels_still_work() {
     );
 
     v.admin("/admin/trading/pause", json!({}));
-    v.place(a.key(), &buy(&m, "up", "0.40", "1"))
-        .err(503, "TRADING_PAUSED");
+    let paused = v.place(a.key(), &buy(&m, "up", "0.40", "1"));
+    assert_eq!(paused.retry_after, None, "no end, no Retry-After");
+    paused.err(503, "TRADING_PAUSED");
     v.admin("/admin/trading/resume", json!({}));
     v.place_ok(a.key(), &buy(&m, "up", "0.40", "1"));
 

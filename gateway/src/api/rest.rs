@@ -498,6 +498,16 @@ fn place_answer(ticker: Arc<str>) -> impl FnOnce(&sequencer::State, Reply) -> Fi
                 format!("Market {ticker} is not on the order book."),
             ))
         }
+        // A pause with an end: the seconds to it as `Retry-After` too, for
+        // clients that read the header rather than the message.
+        Reply::Rejected(r) if r.code == ErrorCode::TradingPaused => {
+            let mut error = ApiError::from(r);
+            error.retry_after_secs = state
+                .pause
+                .and_then(|p| p.until_ts_ms)
+                .map(|until| until.saturating_sub(state.now_ms).div_ceil(1000).max(1));
+            Err(error)
+        }
         other => order_reply(StatusCode::CREATED, other, |_| ticker),
     }
 }
