@@ -28,7 +28,15 @@ use sequencer::state::{Fill, Order};
 use sequencer::State;
 
 const MAGIC: &[u8; 8] = b"UPDNSNAP";
-const VERSION: u32 = 5;
+/// The format written. 6 (eleventh session) is 5's layout under a new
+/// number, so that a build of before rules 2 (which reads 5 and knows
+/// nothing of newer rules) passes over the snapshots of a venue run under
+/// rules 2 and meets the journal's `SetRules`, which it refuses, instead of
+/// serving that state under its own rules after a rollback.
+const VERSION: u32 = 6;
+/// Formats read: 5 too (the same layout), so an upgrade starts from the
+/// last snapshot of the build before.
+const VERSIONS_READ: [u32; 2] = [5, 6];
 const HEADER_LEN: usize = 32;
 
 /// Orders or fills per section of a snapshot.
@@ -318,7 +326,7 @@ pub fn load(path: &Path) -> Result<State, SnapshotError> {
             .fold(0u64, |n, &b| (n << 8) | u64::from(b))
     };
     let version = word(8..12);
-    if version != u64::from(VERSION) {
+    if !VERSIONS_READ.iter().any(|&v| u64::from(v) == version) {
         return Err(damaged(format!(
             "format version {version} is not {VERSION} (a snapshot of another build: the state is rebuilt from the journal instead)"
         )));
@@ -500,6 +508,15 @@ mod tests {
         let path = write(dir.path(), &mut state).unwrap();
         assert_eq!(load(&path).unwrap(), state);
         let good = fs::read(&path).unwrap();
+        assert_eq!(good[8..12], 6u32.to_le_bytes(), "written as format 6");
+        // Format 5, the same layout from the build before rules 2, loads.
+        let five = dir.path().join("five.snap");
+        fs::write(
+            &five,
+            [&good[..8], &5u32.to_le_bytes(), &good[12..]].concat(),
+        )
+        .unwrap();
+        assert_eq!(load(&five).unwrap(), state);
         let broken = dir.path().join("broken.snap");
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (good[..HEADER_LEN - 1].to_vec(), "no snapshot header"),
@@ -509,6 +526,10 @@ mod tests {
             ),
             (
                 [&good[..8], &[9, 0, 0, 0], &good[12..]].concat(),
+                "format version",
+            ),
+            (
+                [&good[..8], &[4, 0, 0, 0], &good[12..]].concat(),
                 "format version",
             ),
             (good[..good.len() - 1].to_vec(), "header says"),

@@ -106,7 +106,7 @@ impl State {
             } => self.price(symbol, *price_e8, *t_ms, events),
             Command::Configure(config) => self.configure(config),
             Command::SetRetention { tail_ms } => self.set_retention(*tail_ms),
-            Command::SetRules { version } => self.set_rules(*version),
+            Command::SetRules { version } => self.set_rules(*version, events),
             Command::CreateSeries(config) => self.create_series(config, events),
             Command::CreateAccount => self.create_account(),
             Command::Deposit { account, cents } => self.deposit(*account, *cents, events),
@@ -417,7 +417,7 @@ impl State {
         });
     }
 
-    fn set_rules(&mut self, version: u32) -> Reply {
+    fn set_rules(&mut self, version: u32, events: &mut Vec<Event>) -> Reply {
         if version > RULES_CURRENT {
             return Reply::reject(
                 ErrorCode::BadRequest,
@@ -435,7 +435,20 @@ impl State {
                 ),
             );
         }
-        self.rules = version;
+        let before = std::mem::replace(&mut self.rules, version);
+        // Rules 2: a suspended account has nothing resting. Accounts
+        // suspended under older rules kept their orders; they go now.
+        if before < 2 && version >= 2 {
+            let suspended: Vec<AccountId> = self
+                .accounts
+                .iter()
+                .filter(|a| a.suspended && !a.resting.is_empty())
+                .map(|a| a.id)
+                .collect();
+            for account in suspended {
+                self.cancel_all_of(account, events);
+            }
+        }
         Reply::Ok
     }
 
@@ -640,10 +653,8 @@ impl State {
         // nothing of it may go on trading: its resting orders are cancelled
         // and their holds released. (Rules 1 left them on the book, where
         // they still filled.)
-        let mut resting = account.resting.clone();
         if flag == AccountFlag::Suspended && value && self.rules >= 2 {
-            resting.sort_unstable(); // oldest first
-            self.cancel_many(&resting, events);
+            self.cancel_all_of(id, events);
         }
         Reply::Ok
     }
@@ -1070,6 +1081,7 @@ impl State {
                     * Cents::from(own_price(new.outcome, up_price(side.other(), best)));
                 dry.fill_cents += cents;
                 if new.action == Action::Buy
+                    && self.rules >= 2
                     && self.order(n.order).is_some_and(|o| o.action == Action::Buy)
                 {
                     dry.mint_cents += cents;
@@ -1586,6 +1598,16 @@ impl State {
         Reply::Canceled { order_ids: resting }
     }
 
+    /// Cancels every resting order of an account (rules 2: it was suspended).
+    fn cancel_all_of(&mut self, account: AccountId, events: &mut Vec<Event>) {
+        let Some(account) = self.account(account) else {
+            return;
+        };
+        let mut resting = account.resting.clone();
+        resting.sort_unstable(); // oldest first
+        self.cancel_many(&resting, events);
+    }
+
     /// Cancels resting orders, given oldest first: level by level (oldest
     /// first within a level), one market at a time, so that each changed
     /// level has one book delta and each market one ticker change.
@@ -1654,7 +1676,6 @@ impl State {
     }
 }
 
-/// The side and side-scale price an order rests at.
 /// The Up price of a trade with a resting order at `level` on `side` of
 /// the book: resting orders trade at their own price.
 fn up_price(side: Outcome, level: PriceCents) -> PriceCents {
@@ -1674,6 +1695,7 @@ fn own_price(outcome: Outcome, up_price: PriceCents) -> PriceCents {
     }
 }
 
+/// The side and side-scale price an order rests at.
 fn book_place(new: &NewOrder) -> (Outcome, PriceCents) {
     let side = new.action.book_side(new.outcome);
     match new.action {

@@ -36,6 +36,16 @@ impl State {
                     a.id, a.cash, a.held, a.position_cost
                 ));
             }
+            // Rules 2: nobody can cancel a suspended account's orders, so
+            // it has none resting (suspension and the move to rules 2
+            // cancel them).
+            if self.rules >= 2 && a.suspended && !a.resting.is_empty() {
+                return Err(format!(
+                    "suspended account {} has {} resting orders",
+                    a.id,
+                    a.resting.len()
+                ));
+            }
         }
         Ok(())
     }

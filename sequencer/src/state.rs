@@ -105,7 +105,8 @@ pub struct Key {
     pub revoked_ts_ms: Option<TsMs>,
     /// UTC day (`ts / DAY_MS`) that `day_used_cents` counts.
     pub day: u64,
-    /// Notional at limit price of orders placed today, less cancelled remainders.
+    /// Dollars of orders placed today (`engine.rs`, `order_dollars`), less
+    /// cancelled remainders at their limit price.
     pub day_used_cents: u64,
     /// Orders of this key resting now, in all markets.
     pub resting_orders: u32,

@@ -568,9 +568,10 @@ fn account_cap_on_amount_at_risk_and_market_cap_for_all_users() {
 }
 
 /// A trader holding `count` Up contracts of the open market, bought from a
-/// second trader (new pairs at 0.50), and a second key of the same account
-/// with the default limits of a trade key ($20 an order, $500 a day).
-fn holder_with_default_key(v: &mut Venue, count: u32) -> (Trader, Trader) {
+/// second trader (new pairs at 0.50), who holds the `count` Down; and a
+/// second key of the holder's account with the default limits of a trade
+/// key ($20 an order, $500 a day). Returns (holder, limited key, other).
+fn holder_with_default_key(v: &mut Venue, count: u32) -> (Trader, Trader, Trader) {
     let holder = v.trader(10_000_00);
     let other = v.trader(10_000_00);
     v.place(holder, &format!("buy up 0.50 x{count}")).unwrap();
@@ -590,6 +591,7 @@ fn holder_with_default_key(v: &mut Venue, count: u32) -> (Trader, Trader) {
             account: holder.account,
             key,
         },
+        other,
     )
 }
 
@@ -599,7 +601,7 @@ fn holder_with_default_key(v: &mut Venue, count: u32) -> (Trader, Trader) {
 #[test]
 fn a_sell_counts_towards_key_limits_at_the_prices_it_fills_at() {
     let mut v = Venue::new();
-    let (holder, limited) = holder_with_default_key(&mut v, 100);
+    let (holder, limited, other) = holder_with_default_key(&mut v, 100);
     let bidder = v.trader(10_000_00);
     v.place(bidder, "buy up 0.90 x100").unwrap();
     let m = v.refused(limited, "sell up 0.01 x100 ioc", ErrorCode::LimitExceeded);
@@ -624,6 +626,29 @@ fn a_sell_counts_towards_key_limits_at_the_prices_it_fills_at() {
     // Cancelled, its remainder gives back what it counted.
     v.cancel(limited, rested.id).unwrap();
     assert_eq!(v.state.keys[limited.key as usize].day_used_cents, 19_80);
+    // Part filled at once (2 at 0.91), the rest resting at 0.91: $18.20;
+    // cancelled, the 18 resting give back $16.38.
+    v.place(bidder, "buy up 0.91 x2").unwrap();
+    let part = v.place(limited, "sell up 0.91 x20").unwrap();
+    assert_eq!((part.filled, part.status), (2, OrderStatus::Resting));
+    assert_eq!(
+        v.state.keys[limited.key as usize].day_used_cents,
+        19_80 + 18_20
+    );
+    v.cancel(limited, part.id).unwrap();
+    assert_eq!(
+        v.state.keys[limited.key as usize].day_used_cents,
+        19_80 + 1_82
+    );
+    // Against a resting sell of the other outcome (a pair burnt): the up
+    // seller gets 0.95 for each, $9.50 for 10, whatever its limit.
+    v.place(other, "sell down 0.05 x10").unwrap();
+    let burnt = v.place(limited, "sell up 0.01 x10 ioc").unwrap();
+    assert_eq!((burnt.filled, burnt.fill_cost), (10, 10 * 95));
+    assert_eq!(
+        v.state.keys[limited.key as usize].day_used_cents,
+        19_80 + 1_82 + 9_50
+    );
     let _ = holder;
 }
 
@@ -681,7 +706,7 @@ fn a_buy_from_resting_sells_fits_a_market_at_its_cap() {
 #[test]
 fn rules_one_count_orders_at_their_limit() {
     let mut v = Venue::with_series_under(1, Venue::default_series());
-    let (_, limited) = holder_with_default_key(&mut v, 100);
+    let (_, limited, _) = holder_with_default_key(&mut v, 100);
     let bidder = v.trader(10_000_00);
     v.place(bidder, "buy up 0.90 x100").unwrap();
     let sold = v.place(limited, "sell up 0.01 x100 ioc").unwrap();
@@ -734,7 +759,10 @@ fn suspending_an_account_cancels_its_resting_orders() {
         if rules < 2 {
             assert_eq!(status(&v, buy.id), OrderStatus::Resting);
             assert_eq!(v.book(), "up:0.40:5|down:0.30:4");
-            continue;
+            // The move to rules 2 cancels what suspended accounts left.
+            v.ok(Command::SetRules {
+                version: sequencer::limits::RULES_CURRENT,
+            });
         }
         assert_eq!(status(&v, buy.id), OrderStatus::Canceled);
         assert_eq!(status(&v, sell.id), OrderStatus::Canceled);
