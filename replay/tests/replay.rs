@@ -347,29 +347,33 @@ fn a_journal_with_newer_rules_is_refused_not_replayed_under_older_ones() {
         node.commit().unwrap();
         seq
     };
-    let refused = replay(&dir.path().join("journal"), None, Until::End)
-        .err()
-        .expect("refused");
-    assert!(
-        refused.to_string().starts_with(&format!(
-            "seq {seq} moves the venue to business rules version {newer}"
-        )),
-        "{refused}"
-    );
-    let refused = Node::open(node_config(dir.path()), T0)
-        .err()
-        .expect("refused");
-    assert!(
-        refused.to_string().contains("newer than this build's"),
-        "{refused}"
-    );
+    // Replay, from the journal alone or with the snapshot folder, and a
+    // node's open all stop at that seq.
+    let journal = dir.path().join("journal");
+    let refused_everywhere = |snapshots: Option<&Path>| {
+        let refused = replay(&journal, snapshots, Until::End)
+            .err()
+            .expect("refused");
+        assert!(
+            refused.to_string().starts_with(&format!(
+                "seq {seq} moves the venue to business rules version {newer}"
+            )),
+            "{refused}"
+        );
+        let refused = Node::open(node_config(dir.path()), T0)
+            .err()
+            .expect("refused");
+        assert!(
+            refused.to_string().contains("newer than this build's"),
+            "{refused}"
+        );
+    };
+    refused_everywhere(None);
     // A newer build's snapshot taken after that seq is passed over, not
     // started from (an older build would otherwise serve the newer rules'
     // state under its own, replaying nothing).
     let snapshots = dir.path().join("snapshots");
-    let mut state = replay(&dir.path().join("journal"), None, Until::Seq(seq - 1))
-        .unwrap()
-        .state;
+    let mut state = replay(&journal, None, Until::Seq(seq - 1)).unwrap().state;
     state.last_seq = seq;
     state.rules = newer;
     let path = snapshot::write(&snapshots, &mut state).unwrap();
@@ -380,22 +384,7 @@ fn a_journal_with_newer_rules_is_refused_not_replayed_under_older_ones() {
         )),
         "{skipped}"
     );
-    let refused = replay(&dir.path().join("journal"), Some(&snapshots), Until::End)
-        .err()
-        .expect("refused");
-    assert!(
-        refused
-            .to_string()
-            .starts_with(&format!("seq {seq} moves the venue")),
-        "{refused}"
-    );
-    let refused = Node::open(node_config(dir.path()), T0)
-        .err()
-        .expect("refused");
-    assert!(
-        refused.to_string().contains("newer than this build's"),
-        "{refused}"
-    );
+    refused_everywhere(Some(&snapshots));
 }
 
 /// A snapshot job holds the state as of the moment it was taken, however
