@@ -49,30 +49,22 @@ enum AccountCommand {
         #[arg(long, default_value = "0")]
         cash: String,
     },
-    Deposit {
-        account: u32,
-        amount: String,
-    },
-    Withdraw {
-        account: u32,
-        amount: String,
-    },
-    AcceptTerms {
-        account: u32,
-    },
-    AllowTrading {
-        account: u32,
-    },
-    Suspend {
-        account: u32,
-    },
-    Unsuspend {
-        account: u32,
-    },
+    /// Adds cash (dollars, up to two decimals).
+    Deposit { account: u32, amount: String },
+    /// Takes cash out, from buying power only (not what orders hold).
+    Withdraw { account: u32, amount: String },
+    /// Records that the account accepted the Terms of Service (needed to buy).
+    AcceptTerms { account: u32 },
+    /// Allows trading on the account's wallet (needed to buy).
+    AllowTrading { account: u32 },
+    /// Refuses the account's keys (cancels too) and cancels its resting
+    /// orders.
+    Suspend { account: u32 },
+    /// Lets the account's keys in again (its cancelled orders stay
+    /// cancelled).
+    Unsuspend { account: u32 },
     /// Shows cash, holds and flags.
-    Show {
-        account: u32,
-    },
+    Show { account: u32 },
 }
 
 #[derive(Subcommand)]
