@@ -275,7 +275,17 @@ impl Server {
             );
         }
         for skipped in &report.skipped_snapshots {
-            tracing::warn!("skipped a damaged snapshot: {skipped}");
+            tracing::warn!("skipped a snapshot: {skipped}");
+        }
+        if let Some((from, to, seq)) = report.rules_moved {
+            // An upgrade changes what later commands do (docs/decisions.md,
+            // "Versions of the business rules"), and may itself cancel
+            // orders: say so where the operator looks.
+            tracing::warn!(
+                "business rules moved from version {from} to {to} at seq {seq}: \
+                 the journal before it keeps the rules it was written with \
+                 (`updown journal dump --kind set_rules --events` shows what the move did)"
+            );
         }
         // The venue's settings are journaled when the journal is made. Its
         // environment is fixed for the life of the data directory (every

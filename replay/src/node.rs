@@ -70,6 +70,10 @@ pub struct OpenReport {
     /// Snapshots past the end of a journal that was cut back, renamed to
     /// `.stale` so they are never used again.
     pub stale_snapshots: Vec<PathBuf>,
+    /// A journal of older business rules moved to this build's at open:
+    /// (from, to, the seq of the `SetRules` journaled). `None` for a new
+    /// journal, whose first commands set them.
+    pub rules_moved: Option<(u32, u32, u64)>,
 }
 
 /// Snapshots are written only after the journal is synced, so one past the
@@ -286,12 +290,13 @@ impl Node {
         if let Some(feed) = &history {
             feed.sync(outcome.state.last_seq)?;
         }
-        let report = OpenReport {
+        let mut report = OpenReport {
             recovery,
             from_snapshot: outcome.from_snapshot,
             replayed: outcome.applied,
             skipped_snapshots: outcome.skipped_snapshots,
             stale_snapshots: set_aside,
+            rules_moved: None,
         };
         let mut node = Node {
             state: outcome.state,
@@ -302,15 +307,17 @@ impl Node {
             failed: None,
             history,
         };
-        if node.state.last_seq == 0 {
+        let new_journal = node.state.last_seq == 0;
+        if new_journal {
             node.submit(now_ms, Command::Configure(config.venue))?;
             node.commit()?;
             node.events.clear();
         }
         // This build's business rules apply from here on; what the journal
         // holds before stays under the rules it was written with.
-        if node.state.rules < RULES_CURRENT {
-            node.submit(
+        let rules = node.state.rules;
+        if rules < RULES_CURRENT {
+            let (seq, _) = node.submit(
                 now_ms,
                 Command::SetRules {
                     version: RULES_CURRENT,
@@ -318,6 +325,9 @@ impl Node {
             )?;
             node.commit()?;
             node.events.clear();
+            if !new_journal {
+                report.rules_moved = Some((rules, RULES_CURRENT, seq));
+            }
         }
         Ok((node, report))
     }

@@ -387,6 +387,56 @@ fn a_journal_with_newer_rules_is_refused_not_replayed_under_older_ones() {
     refused_everywhere(Some(&snapshots));
 }
 
+/// A journal an older build wrote (rules 1) moves to this build's rules
+/// when a node opens it, once: the move is journaled, does what the new
+/// rules say of the state it finds (a suspended account's resting order is
+/// cancelled) and is reported for the operator; a new journal's first
+/// commands set the rules, which is no move.
+#[test]
+fn a_journal_of_older_rules_moves_to_this_builds_once_and_says_so() {
+    use sequencer::command::AccountFlag;
+    use sequencer::types::OrderStatus;
+    let dir = tempfile::tempdir().unwrap();
+    let mut older = Venue::with_series_under(1, Venue::default_series());
+    let a = older.trader(100_00);
+    let order = older.place(a, "buy up 0.40 x5").unwrap();
+    older.ok(Command::SetAccountFlag {
+        account: a.account,
+        flag: AccountFlag::Suspended,
+        value: true,
+    });
+    {
+        let mut config = JournalConfig::new(dir.path().join("journal"));
+        config.segment_bytes = 64 * 1024;
+        let (mut journal, _) = journal::Journal::open(config).unwrap();
+        for stamped in &older.log {
+            let payload = replay::codec::encode(stamped);
+            journal
+                .append(stamped.seq, stamped.command.kind(), &payload)
+                .unwrap();
+        }
+        journal.commit().unwrap();
+    }
+    let last = older.log.last().unwrap();
+    let (node, report) = Node::open(node_config(dir.path()), last.ts_ms).unwrap();
+    let moved_at = last.seq + 1;
+    assert_eq!(
+        report.rules_moved,
+        Some((1, sequencer::limits::RULES_CURRENT, moved_at))
+    );
+    let state = node.state();
+    assert_eq!(state.order(order.id).unwrap().status, OrderStatus::Canceled);
+    assert_eq!(state.last_seq, moved_at);
+    drop(node);
+    let (node, again) = Node::open(node_config(dir.path()), last.ts_ms).unwrap();
+    assert_eq!(again.rules_moved, None, "moved once");
+    assert_eq!(node.state().last_seq, moved_at);
+
+    let fresh = tempfile::tempdir().unwrap();
+    let (_, report) = Node::open(node_config(fresh.path()), T0).unwrap();
+    assert_eq!(report.rules_moved, None, "a new journal is no move");
+}
+
 /// A snapshot job holds the state as of the moment it was taken, however
 /// far the node has gone on by the time it is written (on Linux a forked
 /// child writes it from its copy-on-write image); a writer that cannot

@@ -191,7 +191,7 @@ fn rebuild(
     progress.finish();
     let secs = start.elapsed().as_secs_f64();
     for skipped in &outcome.skipped_snapshots {
-        eprintln!("warning: skipped a damaged snapshot: {skipped}");
+        eprintln!("warning: skipped a snapshot: {skipped}");
     }
     let reached = outcome.state.last_seq;
     if let Some(from) = outcome.from_snapshot {
