@@ -4,42 +4,13 @@
 
 use std::path::Path;
 
-use journal::{Durability, JournalConfig};
-use replay::{replay, snapshot, Node, NodeConfig, Until};
-use sequencer::{Command, Stamped, State, VenueConfig};
-use tests::harness::{Venue, T0, WINDOW_MS};
+mod common;
 
-/// A scenario with trading, cancels, refusals, window closes and settlement.
-fn scenario() -> Vec<Stamped> {
-    let mut v = Venue::new();
-    let traders: Vec<_> = (0..4).map(|_| v.trader(1_000_00)).collect();
-    for round in 0..12u64 {
-        for (i, &t) in traders.iter().enumerate() {
-            let price = 40 + ((round as usize * 7 + i * 3) % 20) as u8;
-            let outcome = if i % 2 == 0 { "up" } else { "down" };
-            let _ = v.place(t, &format!("buy {outcome} 0.{price:02} x{}", 1 + i));
-            let _ = v.place(t, &format!("sell {outcome} 0.{:02} x1", price + 5));
-        }
-        let _ = v.cancel(traders[0], round * 3 + 1);
-        // Never exactly on a window's open: a window opens on the first
-        // print after its open, and this one comes 20 s later.
-        v.now += WINDOW_MS / 3 + 7;
-        v.print(100 + round as i64 % 3);
-    }
-    v.log.clone()
-}
-
-fn node_config(dir: &Path) -> NodeConfig {
-    let mut journal = JournalConfig::new(dir.join("journal"));
-    journal.segment_bytes = 64 * 1024;
-    journal.durability = Durability::GroupCommit;
-    NodeConfig {
-        journal,
-        snapshot_dir: Some(dir.join("snapshots")),
-        venue: VenueConfig::default(),
-        history_dir: None,
-    }
-}
+use common::{node_config, scenario};
+use journal::JournalConfig;
+use replay::{replay, snapshot, Node, Until};
+use sequencer::{Command, Stamped, State};
+use tests::harness::{Venue, T0};
 
 /// Runs the scenario through a node; returns the live state.
 fn run_live(dir: &Path, commands: &[Stamped], snapshot_at: Option<usize>) -> State {
@@ -435,72 +406,6 @@ fn a_journal_of_older_rules_moves_to_this_builds_once_and_says_so() {
     let fresh = tempfile::tempdir().unwrap();
     let (_, report) = Node::open(node_config(fresh.path()), T0).unwrap();
     assert_eq!(report.rules_moved, None, "a new journal is no move");
-}
-
-/// A snapshot job holds the state as of the moment it was taken, however
-/// far the node has gone on by the time it is written (on Linux a forked
-/// child writes it from its copy-on-write image); a writer that cannot
-/// write reports it, and publishes nothing; a snapshot left half-written
-/// under its temporary name is removed when the node next opens.
-#[test]
-fn a_snapshot_job_holds_the_state_it_was_taken_at() {
-    let dir = tempfile::tempdir().unwrap();
-    let commands = scenario();
-    let (mut node, _) = Node::open(node_config(dir.path()), T0).unwrap();
-    let (first, rest) = commands.split_at(commands.len() / 2);
-    for stamped in first {
-        node.submit(stamped.ts_ms, stamped.command.clone()).unwrap();
-    }
-    node.commit().unwrap();
-    let taken = node.state().clone();
-    let job = node.snapshot_job().unwrap().expect("a snapshot folder");
-    assert_eq!(job.seq(), taken.last_seq);
-    for stamped in rest {
-        node.submit(stamped.ts_ms, stamped.command.clone()).unwrap();
-    }
-    node.commit().unwrap();
-    assert!(node.state().last_seq > taken.last_seq);
-    let path = job.write().unwrap();
-    let snapshots = dir.path().join("snapshots");
-    assert_eq!(
-        snapshot::list(&snapshots),
-        vec![(taken.last_seq, path.clone())]
-    );
-    let loaded = snapshot::load(&path).unwrap();
-    assert_eq!(loaded.state_hash(), taken.state_hash());
-    assert_eq!(loaded, taken);
-
-    // A job never written (the snapshot thread gone): its writer is
-    // stopped and its file removed, no snapshot appears.
-    let before = std::fs::read_dir(&snapshots).unwrap().count();
-    drop(node.snapshot_job().unwrap().unwrap());
-    assert_eq!(std::fs::read_dir(&snapshots).unwrap().count(), before);
-    drop(node);
-
-    // A writer that cannot write: the folder is a file now.
-    let blocked = tempfile::tempdir().unwrap();
-    let mut config = node_config(blocked.path());
-    let not_a_folder = blocked.path().join("file");
-    std::fs::write(&not_a_folder, b"x").unwrap();
-    config.snapshot_dir = Some(not_a_folder.clone());
-    let (mut node, _) = Node::open(config, T0).unwrap();
-    node.submit(T0, Command::Tick).unwrap();
-    node.commit().unwrap();
-    let failed = node.snapshot_job().unwrap().unwrap().write();
-    assert!(failed.is_err(), "{failed:?}");
-    assert_eq!(std::fs::read(&not_a_folder).unwrap(), b"x");
-    drop(node);
-
-    // Left under its temporary name: removed at the next open.
-    let leftover = snapshots.join(format!("{}.tmp", snapshot::file_name(99)));
-    std::fs::write(&leftover, b"half").unwrap();
-    drop(node_reopen(dir.path()));
-    assert!(!leftover.exists());
-    assert_eq!(snapshot::list(&snapshots).len(), 1);
-}
-
-fn node_reopen(dir: &Path) -> Node {
-    Node::open(node_config(dir), T0).unwrap().0
 }
 
 fn segment_files(journal: &Path) -> Vec<std::path::PathBuf> {
