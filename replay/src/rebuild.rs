@@ -111,19 +111,9 @@ pub(crate) fn replay_bounded(
                 if let Some(next) = chunk.get(i + 1) {
                     state.prefetch(&next.command);
                 }
+                known_rules(stamped)?;
                 events.clear();
                 state.apply(stamped, &mut events);
-                // Rules this build does not know: going on under older ones
-                // would rebuild a state the journal never described.
-                if let sequencer::Command::SetRules { version } = stamped.command {
-                    if version > sequencer::limits::RULES_CURRENT {
-                        return Err(ReplayError::NewerRules {
-                            seq: stamped.seq,
-                            version,
-                            current: sequencer::limits::RULES_CURRENT,
-                        });
-                    }
-                }
                 observe(stamped, &events);
                 applied += 1;
             }
@@ -137,6 +127,23 @@ pub(crate) fn replay_bounded(
         applied,
         skipped_snapshots: skipped.iter().map(ToString::to_string).collect(),
     })
+}
+
+/// Refuses a command that moves the venue to rules this build does not
+/// know: going on under older ones would rebuild a state, replies and
+/// events the journal never described. Every reader that applies commands
+/// (replay, a node's open, the journal tools) stops here.
+pub fn known_rules(stamped: &Stamped) -> Result<(), ReplayError> {
+    match stamped.command {
+        sequencer::Command::SetRules { version } if version > sequencer::limits::RULES_CURRENT => {
+            Err(ReplayError::NewerRules {
+                seq: stamped.seq,
+                version,
+                current: sequencer::limits::RULES_CURRENT,
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Decoded commands handed over at a time, and chunks in flight.

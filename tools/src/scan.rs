@@ -364,14 +364,7 @@ impl Scanner {
                 Some(state) => {
                     // Replies and events past a newer build's rules would be
                     // this build's guesses, not what the venue did.
-                    if let sequencer::Command::SetRules { version } = stamped.command {
-                        if version > sequencer::limits::RULES_CURRENT {
-                            return Err(anyhow!(
-                                "seq {seq} moves the venue to business rules version {version}, newer than this build's ({}): read this journal with a newer build",
-                                sequencer::limits::RULES_CURRENT
-                            ));
-                        }
-                    }
+                    replay::rebuild::known_rules(&stamped)?;
                     self.events.clear();
                     Some(state.apply(&stamped, &mut self.events))
                 }
