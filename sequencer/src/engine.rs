@@ -81,18 +81,22 @@ impl State {
     #[inline]
     pub fn prefetch(&self, command: &Command) {
         match command {
-            Command::PlaceOrder { key, order } => {
-                if let Some(key) = self.key(*key) {
-                    self.client_orders
-                        .prefetch(order.client_order_id.index_hash(key.account));
-                }
-            }
+            Command::PlaceOrder { key, order } => self.prefetch_client_order(*key, order),
             Command::CancelOrder { order_id, .. } => {
                 if let Some(order) = self.order(*order_id) {
                     crate::hint::prefetch(order);
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Starts loading the idempotency slot of a new order through `key`.
+    #[inline]
+    fn prefetch_client_order(&self, key: KeyIdx, new: &NewOrder) {
+        if let Some(key) = self.key(key) {
+            self.client_orders
+                .prefetch(new.client_order_id.index_hash(key.account));
         }
     }
 
@@ -797,10 +801,8 @@ impl State {
         // now, so that the checks run while it loads. `check_order` changes
         // nothing, so running it before the lookup (and dropping its result
         // when the id is known) answers exactly what checking after would.
-        if let Some(key) = self.key(key_idx) {
-            self.client_orders
-                .prefetch(new.client_order_id.index_hash(key.account));
-        }
+        // (A driver that calls `prefetch` ahead has started it already.)
+        self.prefetch_client_order(key_idx, new);
         if let Err(reject) = check_new_order(new) {
             return reject.into();
         }
