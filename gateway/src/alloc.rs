@@ -535,13 +535,18 @@ mod tests {
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut read = 0u64;
-                while !stop.load(Ordering::Relaxed) {
+                // A pass after the writers are done, too: on a busy
+                // machine this thread may not run at all while they write.
+                loop {
+                    let stopping = stop.load(Ordering::Acquire);
                     let claimed = RING_CLAIMED.load(Ordering::Acquire);
                     for n in claimed.saturating_sub(RING as u64)..claimed {
                         read += u64::from(check(n));
                     }
+                    if stopping {
+                        break read;
+                    }
                 }
-                read
             })
         };
         let writers: Vec<_> = (0..4)
@@ -558,7 +563,7 @@ mod tests {
         for writer in writers {
             writer.join().unwrap();
         }
-        stop.store(true, Ordering::Relaxed);
+        stop.store(true, Ordering::Release);
         let read = reader.join().expect("no request read was mixed");
         assert!(read > 0, "the reader saw requests");
         let claimed = RING_CLAIMED.load(Ordering::Acquire);
