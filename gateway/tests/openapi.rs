@@ -679,8 +679,18 @@ fn start() -> Venue {
         lockout_failures: 4,
         orders_per_second: 1,
         orders_burst: 40,
+        // A loaded test machine may stall a request for seconds.
+        request_timeout_ms: 30_000,
         ..ServerConfig::default()
     };
+    // The traded series' windows last a day, so that the one a test
+    // trades in has minutes left (`open_market`).
+    let mut config = config;
+    for series in &mut config.series {
+        if series.ticker == "aapl-60m" {
+            series.window_minutes = 24 * 60;
+        }
+    }
     let server = Server::start(config).expect("the venue starts");
     Venue { server, _dir: dir }
 }
@@ -967,7 +977,9 @@ fn open_market(c: &mut Conformance, server: &Server) -> String {
             .expect("clock")
             .as_millis() as u64;
         match (market["ticker"].as_str(), market["close_ts_ms"].as_u64()) {
-            (Some(t), Some(close)) if close > now + 30_000 => return t.to_string(),
+            // Five minutes: time for the conformance run's requests on a
+            // loaded machine (it waits at most that long for the next one).
+            (Some(t), Some(close)) if close > now + 300_000 => return t.to_string(),
             (Some(_), Some(close)) => {
                 // Closing soon: wait for its close, then a price opens the
                 // next window.

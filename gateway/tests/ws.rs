@@ -581,8 +581,14 @@ fn a_gap_from_a_full_queue_is_recovered_with_get_snapshot() {
     );
     assert_eq!(reply["type"], "ok", "{reply}");
     assert_eq!(reply["msg"]["sid"], json!(sid));
-    let snapshot = client.data();
-    assert_eq!(snapshot["type"], "orderbook_snapshot", "{snapshot}");
+    // Messages sent before the snapshot (late, on a loaded machine) are
+    // passed over: the snapshot holds what they said.
+    let snapshot = loop {
+        let v = client.data();
+        if v["type"] == "orderbook_snapshot" {
+            break v;
+        }
+    };
     assert_eq!(snapshot["sid"], json!(sid));
     // Messages dropped after the last one read also took seqs: the
     // snapshot may follow a further jump, and a client takes it as is.
@@ -882,15 +888,20 @@ fn a_series_subscription_follows_a_new_window_through_open_closed_and_settled() 
     assert_eq!(open["msg"]["price_to_beat"], "100.00");
 
     // Prints keep coming; the window closes at the minute and settles on
-    // the first print at or after its close.
+    // the first print at or after its close; the next window opens on the
+    // first print after its open (a print at the very millisecond of the
+    // close settles one and opens nothing).
     let mut events: Vec<Value> = Vec::new();
     let mut snapshots: Vec<String> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(75);
     let mut p = 100;
-    while !events
-        .iter()
-        .any(|e| e["msg"]["event"] == "settled" && e["msg"]["market_ticker"] == json!(window))
-    {
+    let seen = |events: &[Value], event: &str, ticker: Option<&String>| {
+        events.iter().any(|e| {
+            e["msg"]["event"] == event
+                && ticker.is_some_and(|t| e["msg"]["market_ticker"] == json!(t))
+        })
+    };
+    while !(seen(&events, "settled", Some(&window)) && seen(&events, "open", snapshots.first())) {
         assert!(Instant::now() < deadline, "no settlement: {events:?}");
         p += 1;
         price(p);
@@ -928,9 +939,6 @@ fn a_series_subscription_follows_a_new_window_through_open_closed_and_settled() 
     // The next window was listed and opened on the same subscriptions.
     assert_eq!(snapshots.len(), 1, "{snapshots:?}");
     assert_ne!(snapshots[0], window);
-    assert!(events
-        .iter()
-        .any(|e| e["msg"]["event"] == "open" && e["msg"]["market_ticker"] == json!(snapshots[0])));
     drop(c);
     server.stop();
 }
@@ -1049,7 +1057,9 @@ fn private_channels_need_a_key_and_carry_only_the_accounts_own_events() {
 
 #[test]
 fn a_revoked_key_closes_its_connection_within_a_ping() {
-    let venue = Venue::start_with(|c| c.ws_ping_interval_ms = 500);
+    // Long enough that the revocation's own time never reaches two
+    // intervals of silence (closed 1001, not 1008); WAIT is five of them.
+    let venue = Venue::start_with(|c| c.ws_ping_interval_ms = 2_000);
     let addr = venue.addr();
     let trader = venue.trader("100");
     let mut c = connect_with_key(addr, trader.key.as_str());
@@ -1064,7 +1074,9 @@ fn a_revoked_key_closes_its_connection_within_a_ping() {
 #[test]
 fn wrong_keys_from_an_address_do_not_close_its_proven_connections() {
     let venue = Venue::start_with(|c| {
-        c.ws_ping_interval_ms = 300;
+        // Two seconds of silence close a connection: the HTTP calls below,
+        // made without reading, must fit in it on a loaded machine.
+        c.ws_ping_interval_ms = 1_000;
         c.lockout_failures = 3;
         c.lockout_secs = 60;
     });
@@ -1080,7 +1092,7 @@ fn wrong_keys_from_an_address_do_not_close_its_proven_connections() {
     venue.get("/account", trader.key()).err(429, "RATE_LIMITED");
     // Several pings later (each re-checks the key; reading answers them)
     // it is still open and answers.
-    let deadline = Instant::now() + Duration::from_millis(1_500);
+    let deadline = Instant::now() + Duration::from_millis(3_500);
     while c.data_until(deadline).is_some() {}
     c.send_text(r#"{"id":2,"cmd":"list_subscriptions"}"#);
     assert_eq!(c.replies(2, 1)[0]["type"], "ok");
@@ -1267,15 +1279,16 @@ fn tickers_subscriptions_and_connections_are_bounded() {
 
 #[test]
 fn a_silent_connection_is_closed_and_a_live_one_is_pinged() {
-    // Pings every 500 ms; a connection silent for two intervals is closed,
-    // so a stall of the test process shorter than a second changes nothing.
-    let venue = Venue::start_with(|c| c.ws_ping_interval_ms = 500);
+    // Pings every second; a connection silent for two intervals is closed,
+    // so a stall of the test process shorter than two seconds changes
+    // nothing.
+    let venue = Venue::start_with(|c| c.ws_ping_interval_ms = 1_000);
     let addr = venue.addr();
     let mut silent = connect(addr);
     let mut live = connect(addr);
     // The live client reads (and so answers pings) for a while.
     let mut pings = 0;
-    let deadline = Instant::now() + Duration::from_millis(2_600);
+    let deadline = Instant::now() + Duration::from_millis(4_600);
     while let Some(m) = live.frame(deadline) {
         if let Message::Ping(_) = m {
             pings += 1;

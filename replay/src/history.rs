@@ -693,7 +693,7 @@ mod tests {
         assert!(!history.wait_written(7, Duration::from_millis(10)));
         let writer = history.clone();
         let done = std::thread::spawn(move || writer.mark_written(7));
-        assert!(history.wait_written(7, Duration::from_secs(5)));
+        assert!(history.wait_written(7, Duration::from_secs(60)));
         done.join().expect("writer");
         history.fail();
         assert!(history.failed());

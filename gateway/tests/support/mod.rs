@@ -71,6 +71,12 @@ pub fn config(dir: &std::path::Path) -> ServerConfig {
         data_dir: dir.to_path_buf(),
         price_simulator: false,
         lockout_failures: 1_000,
+        // A loaded test machine may stall a request for seconds: a 503
+        // after the default 2 s would fail tests of something else.
+        request_timeout_ms: 30_000,
+        // Each fresh venue writes out a segment and the next one ahead:
+        // 64 MiB each, over the suite's sixty venues, loads the disk.
+        segment_mib: 4,
         series: vec![
             series(SERIES_A, 1_000_000),
             series(SERIES_B, SERIES_B_MARKET_CAP_USD),

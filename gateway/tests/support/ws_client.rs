@@ -7,7 +7,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpStream;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tungstenite::client::IntoClientRequest;
@@ -29,7 +29,16 @@ pub fn upgrade(
             value.parse().expect("value"),
         );
     }
-    match tungstenite::client(request, stream) {
+    // The stream's read timeout is short: a handshake not answered within
+    // it comes back interrupted, and is resumed (a loaded machine may take
+    // longer than one timeout to answer an upgrade).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut attempt = tungstenite::client(request, stream);
+    while let Err(tungstenite::HandshakeError::Interrupted(midway)) = attempt {
+        assert!(Instant::now() < deadline, "handshake: no answer in 30 s");
+        attempt = midway.handshake();
+    }
+    match attempt {
         Ok((ws, _)) => Ok(ws),
         Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
             let body = response

@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -140,7 +141,7 @@ lockout_secs = {}
 orders_per_second = {}
 orders_burst = {}
 ws_ping_interval_ms = {}
-request_timeout_ms = 5000
+request_timeout_ms = 30000
 history_tail_secs = {}
 
 [[series]]
@@ -173,18 +174,30 @@ sim_start_price = 97000.0
 
 // ----- the server as a child process ---------------------------------------------------
 
-/// Lines a child printed, collected by a thread per stream.
+/// Lines a child printed, collected by a thread per stream, and whether
+/// the stream has ended.
 #[derive(Clone, Default)]
-pub struct Lines(Arc<Mutex<Vec<String>>>);
+pub struct Lines(Arc<Mutex<Vec<String>>>, Arc<AtomicBool>);
 
 impl Lines {
     fn collect(&self, stream: impl Read + Send + 'static) {
-        let lines = self.0.clone();
+        let (lines, ended) = (self.0.clone(), self.1.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(stream).lines().map_while(Result::ok) {
                 lines.lock().expect("lines").push(line);
             }
+            ended.store(true, Ordering::Release);
         });
+    }
+
+    /// Waits (10 s at most: a forked snapshot writer may hold the stream a
+    /// while longer) until the child's stream has ended and every line of
+    /// it is here.
+    fn wait_end(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.1.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
     pub fn text(&self) -> String {
         self.0.lock().expect("lines").join("\n")
@@ -305,8 +318,8 @@ impl Launch {
                 return Ok(serve);
             }
             if let Some(status) = serve.child.try_wait().expect("wait") {
-                // Let the reader threads take the last lines.
-                std::thread::sleep(Duration::from_millis(100));
+                serve.stdout.wait_end();
+                serve.stderr.wait_end();
                 serve.exited = Some(status);
                 return Err(StartFailure {
                     status: Some(status),
@@ -367,7 +380,8 @@ impl Serve {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
-                std::thread::sleep(Duration::from_millis(50));
+                self.stdout.wait_end();
+                self.stderr.wait_end();
                 self.exited = Some(status);
                 return status;
             }
