@@ -68,7 +68,7 @@ impl SeriesEntry {
                 ))
             }
         };
-        Ok(SeriesConfig {
+        let config = SeriesConfig {
             ticker: self.ticker.clone(),
             symbol: self.symbol.clone(),
             window_ms: self.window_minutes.saturating_mul(60_000),
@@ -76,7 +76,11 @@ impl SeriesEntry {
             taker_fee_bps: bps("taker_fee", self.taker_fee)?,
             maker_fee_bps: bps("maker_fee", self.maker_fee)?,
             market_cap_cents: (self.market_cap_usd as i64).saturating_mul(100),
-        })
+        };
+        // The sequencer's own check, here before anything is journaled.
+        sequencer::engine::check_series(&config)
+            .map_err(|reject| format!("series {:?}: {}", self.ticker, reject.message))?;
+        Ok(config)
     }
 }
 
@@ -124,6 +128,15 @@ pub struct ServerConfig {
     pub price_interval_ms: u64,
     /// Seed of the simulator's random walks.
     pub price_seed: u64,
+    /// A file of recorded prints to replay instead of the simulator (see
+    /// `feed::Prints::parse` for its forms); relative to the working
+    /// directory.
+    pub price_file: Option<PathBuf>,
+    /// How many times faster than recorded the file is replayed.
+    pub price_file_speed: f64,
+    /// At its end the file is replayed again, backward, then forward...,
+    /// so that prices go on from where they are; without, the prints stop.
+    pub price_file_loop: bool,
     /// How long a request waits for the sequencer before 503. 0 answers
     /// every such request 503 at once, after handing it over (the tests of
     /// retries use it to force a 503 for an order that is then placed).
@@ -179,6 +192,9 @@ impl Default for ServerConfig {
             price_simulator: true,
             price_interval_ms: 1_000,
             price_seed: 1,
+            price_file: None,
+            price_file_speed: 1.0,
+            price_file_loop: true,
             request_timeout_ms: 2_000,
             queue_capacity: 65_536,
             sync_spacing_us: 200,
@@ -266,6 +282,23 @@ impl ServerConfig {
                 self.http_idle_timeout_secs
             ));
         }
+        if !(self.price_file_speed.is_finite() && self.price_file_speed > 0.0) {
+            return Err(format!(
+                "price_file_speed must be a positive number, not {}",
+                self.price_file_speed
+            ));
+        }
+        at_least(
+            "history_tail_secs",
+            self.history_tail_secs,
+            sequencer::retention::HISTORY_TAIL_MS_MIN.div_ceil(1000),
+            " (seconds)",
+        )?;
+        for (i, series) in self.series.iter().enumerate() {
+            if self.series[..i].iter().any(|s| s.ticker == series.ticker) {
+                return Err(format!("series {:?} is listed twice", series.ticker));
+            }
+        }
         if self.durability == DurabilityPolicy::Interval {
             at_least(
                 "durability_interval_ms (with durability = \"interval\")",
@@ -317,12 +350,14 @@ mod tests {
     fn the_example_config_parses_and_matches_the_defaults() {
         let config =
             ServerConfig::from_toml(include_str!("../../docs/config.example.toml")).unwrap();
-        let defaults = ServerConfig::default();
-        assert_eq!(config.listen, defaults.listen);
-        assert_eq!(config.durability, DurabilityPolicy::GroupCommit);
-        assert_eq!(config.series.len(), 2);
+        // Every value it shows is the default, the series included.
+        assert_eq!(
+            format!("{config:?}"),
+            format!("{:?}", ServerConfig::default())
+        );
+        assert_eq!(config.series.len(), 5);
         assert_eq!(config.series[0].to_config().unwrap().taker_fee_bps, 700);
-        assert_eq!(config.series[1].list_ahead, 2);
+        assert!(config.check().is_ok());
         assert!(config.venue().is_ok());
     }
 

@@ -1,13 +1,19 @@
-//! The built-in price simulator: a seeded random walk per symbol, printing
-//! into the venue as journaled `Price` commands, so the server runs with no
-//! outside service. A real feed adapter uses the admin ingest path instead.
+//! The venue's own price feeds, printing into it as journaled `Price`
+//! commands: the built-in simulator (a seeded random walk per symbol, so
+//! the server runs with no outside service) and the replay of a file of
+//! recorded prints (`price_file`). A real feed adapter uses the admin
+//! ingest path instead (`POST /admin/prices`).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use sequencer::validate::is_symbol;
+use sequencer::wire::parse_e8;
 use sequencer::Command;
+use serde_json::Value;
 
 use crate::engine::{now_ms, Submitter};
 
@@ -67,13 +73,393 @@ pub fn start(
                         t_ms,
                     });
                 }
-                let mut slept = Duration::ZERO;
-                while slept < interval && !stop.load(Ordering::SeqCst) {
-                    let step = Duration::from_millis(50).min(interval - slept);
-                    std::thread::sleep(step);
-                    slept += step;
-                }
+                sleep_until(Instant::now() + interval, &stop);
             }
         })
         .expect("spawn the price simulator")
+}
+
+/// Sleeps until `when`, waking every 50 ms to see whether to stop.
+fn sleep_until(when: Instant, stop: &AtomicBool) {
+    loop {
+        let now = Instant::now();
+        if now >= when || stop.load(Ordering::SeqCst) {
+            return;
+        }
+        std::thread::sleep((when - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// One recorded print: when it printed at its source, which symbol (an
+/// index into `Prints::symbols`) and the price x 10^8.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Print {
+    pub t_ms: u64,
+    pub symbol: u32,
+    pub price_e8: i64,
+}
+
+/// A file of recorded prints, read and checked whole before the venue
+/// starts: in time order, each symbol of the pattern, each price positive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prints {
+    pub symbols: Vec<String>,
+    pub prints: Vec<Print>,
+}
+
+impl Prints {
+    /// Reads `path` (see `parse`); errors name the file and the line.
+    pub fn read(path: &Path) -> Result<Prints, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("price_file {}: {e}", path.display()))?;
+        Prints::parse(&text).map_err(|e| format!("price_file {}: {e}", path.display()))
+    }
+
+    /// One print a line, in time order, in either of two forms:
+    /// - CSV `t_ms,symbol,price`, such as `1763856000000,X:BTCUSD,97123.45`
+    ///   (a first line `t_ms,symbol,price` is a header);
+    /// - a JSON object `{"symbol", "price", "t_ms"}` as the admin ingest
+    ///   path takes it, or a websocket message that carries one in `msg`
+    ///   (a recording of the `prices` channel; messages of other types,
+    ///   such as `subscribed`, are passed over).
+    ///
+    /// Blank lines and lines starting with `#` are passed over.
+    pub fn parse(text: &str) -> Result<Prints, String> {
+        let mut symbols: Vec<String> = Vec::new();
+        let mut prints = Vec::new();
+        let mut header_allowed = true;
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            let at = |e: String| format!("line {}: {e}", i + 1);
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            if std::mem::take(&mut header_allowed) && line == "t_ms,symbol,price" {
+                continue;
+            }
+            let Some((t_ms, symbol, price)) = parse_line(line).map_err(at)? else {
+                continue;
+            };
+            if !is_symbol(&symbol) {
+                return Err(at(format!(
+                    "symbol {symbol:?} must be upper case, such as AAPL or X:BTCUSD"
+                )));
+            }
+            let price_e8 = parse_e8(&price).filter(|&p| p > 0).ok_or_else(|| {
+                at(format!(
+                    "price {price:?} must be a positive decimal such as 97123.45"
+                ))
+            })?;
+            if let Some(last) = prints.last().map(|p: &Print| p.t_ms) {
+                if t_ms < last {
+                    return Err(at(format!(
+                        "t_ms {t_ms} is before the line above's {last}: prints must be in time order"
+                    )));
+                }
+            }
+            let symbol = match symbols.iter().position(|s| *s == symbol) {
+                Some(n) => n as u32,
+                None => {
+                    symbols.push(symbol);
+                    symbols.len() as u32 - 1
+                }
+            };
+            prints.push(Print {
+                t_ms,
+                symbol,
+                price_e8,
+            });
+        }
+        if prints.is_empty() {
+            return Err("no prints in it".into());
+        }
+        Ok(Prints { symbols, prints })
+    }
+
+    /// Milliseconds from the first print to the last, as recorded.
+    pub fn span_ms(&self) -> u64 {
+        self.prints.last().map_or(0, |p| p.t_ms) - self.prints.first().map_or(0, |p| p.t_ms)
+    }
+}
+
+/// One line's `(t_ms, symbol, price)`; `None` for a websocket message of
+/// another type.
+fn parse_line(line: &str) -> Result<Option<(u64, String, String)>, String> {
+    if line.starts_with('{') {
+        let value: Value =
+            serde_json::from_str(line).map_err(|e| format!("not a JSON object: {e}"))?;
+        let print = match value.get("msg") {
+            Some(msg) => match value.get("type").and_then(Value::as_str) {
+                Some("price") => msg,
+                Some(_) => return Ok(None),
+                None => return Err("a message with `msg` but no `type`".into()),
+            },
+            None => &value,
+        };
+        let t_ms = print
+            .get("t_ms")
+            .and_then(Value::as_u64)
+            .ok_or("t_ms must be epoch milliseconds")?;
+        let symbol = print
+            .get("symbol")
+            .and_then(Value::as_str)
+            .ok_or("symbol must be a string")?;
+        let price = match print.get("price") {
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => return Err("price must be a decimal string such as \"97123.45\"".into()),
+        };
+        return Ok(Some((t_ms, symbol.to_string(), price)));
+    }
+    let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    let [t_ms, symbol, price] = fields[..] else {
+        return Err(format!(
+            "{} fields where t_ms,symbol,price are three",
+            fields.len()
+        ));
+    };
+    let t_ms = t_ms
+        .parse::<u64>()
+        .map_err(|_| format!("t_ms {t_ms:?} must be epoch milliseconds"))?;
+    Ok(Some((t_ms, symbol.to_string(), price.to_string())))
+}
+
+/// When the replay sends each print, in milliseconds from the start of the
+/// replay, and which print, lap after lap: the file forward, then (when it
+/// loops) backward, then forward again, so that every symbol goes on from
+/// the price it is at, never jumping back to the file's first. A print is
+/// due `(its time - the lap's first time) / speed` after its lap starts; a
+/// lap starts `gap_ms` after the last one's last print.
+pub struct Schedule<'a> {
+    prints: &'a Prints,
+    speed: f64,
+    looping: bool,
+    gap_ms: f64,
+    lap: u64,
+    lap_start_ms: f64,
+    next: usize,
+}
+
+impl<'a> Schedule<'a> {
+    pub fn new(prints: &'a Prints, speed: f64, looping: bool, gap_ms: u64) -> Self {
+        Schedule {
+            prints,
+            speed,
+            looping,
+            gap_ms: gap_ms as f64,
+            lap: 0,
+            lap_start_ms: 0.0,
+            next: 0,
+        }
+    }
+}
+
+impl Iterator for Schedule<'_> {
+    /// (due in ms from the start, the print)
+    type Item = (f64, Print);
+
+    fn next(&mut self) -> Option<(f64, Print)> {
+        let all = &self.prints.prints;
+        if self.next == all.len() {
+            if !self.looping {
+                return None;
+            }
+            self.lap += 1;
+            self.lap_start_ms += self.prints.span_ms() as f64 / self.speed + self.gap_ms;
+            self.next = 0;
+        }
+        let (first, last) = (all[0].t_ms, all[all.len() - 1].t_ms);
+        let (print, offset) = if self.lap.is_multiple_of(2) {
+            let p = all[self.next];
+            (p, p.t_ms - first)
+        } else {
+            let p = all[all.len() - 1 - self.next];
+            (p, last - p.t_ms)
+        };
+        self.next += 1;
+        Some((self.lap_start_ms + offset as f64 / self.speed, print))
+    }
+}
+
+/// Starts the thread that replays `prints` into the venue, each stamped with
+/// the time it is sent (the venue's windows run on its own clock), paced by
+/// the recorded gaps divided by `speed`.
+pub fn start_file(
+    submitter: Submitter,
+    prints: Prints,
+    speed: f64,
+    looping: bool,
+    gap: Duration,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("price-file".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the price file's thread");
+            let started = Instant::now();
+            let mut last_t_ms = 0;
+            for (due_ms, print) in Schedule::new(&prints, speed, looping, gap.as_millis() as u64) {
+                sleep_until(started + Duration::from_secs_f64(due_ms / 1000.0), &stop);
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                // Never before the last print sent, should the clock step back.
+                last_t_ms = now_ms().max(last_t_ms);
+                let symbol = &prints.symbols[print.symbol as usize];
+                let command = Command::Price {
+                    symbol: symbol.clone(),
+                    price_e8: print.price_e8,
+                    t_ms: last_t_ms,
+                };
+                // Waited for, not dropped when the queue is full: a
+                // recording is replayed whole.
+                match runtime.block_on(submitter.internal(command)) {
+                    Ok(sequencer::Reply::Rejected(reject)) => tracing::warn!(
+                        symbol = %symbol,
+                        reason = %reject.message,
+                        "a print of the price file was refused"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(
+                        symbol = %symbol,
+                        error = ?e,
+                        "a print of the price file was not taken"
+                    ),
+                }
+            }
+            tracing::info!("the price file has been replayed to its end; no more prints");
+        })
+        .expect("spawn the price file's replay")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prints_are_read_in_every_form_and_symbols_are_named_once() {
+        let text = "t_ms,symbol,price\n\
+            # a comment, then a blank line\n\
+            \n\
+            1000,X:BTCUSD,97000.5\n\
+            {\"symbol\":\"AAPL\",\"price\":\"230.10\",\"t_ms\":1500}\n\
+            {\"type\":\"subscribed\",\"id\":1,\"msg\":{\"channel\":\"prices\",\"sid\":1}}\n\
+            {\"type\":\"price\",\"sid\":1,\"seq\":2,\"msg\":{\"symbol\":\"X:BTCUSD\",\"price\":\"97001\",\"t_ms\":1500}}\n\
+            {\"symbol\":\"AAPL\",\"price\":231,\"t_ms\":2000}\n";
+        let prints = Prints::parse(text).unwrap();
+        assert_eq!(prints.symbols, ["X:BTCUSD", "AAPL"]);
+        let got: Vec<(u64, u32, i64)> = prints
+            .prints
+            .iter()
+            .map(|p| (p.t_ms, p.symbol, p.price_e8))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1000, 0, 9_700_050_000_000),
+                (1500, 1, 23_010_000_000),
+                (1500, 0, 9_700_100_000_000),
+                (2000, 1, 23_100_000_000),
+            ]
+        );
+        assert_eq!(prints.span_ms(), 1000);
+    }
+
+    #[test]
+    fn a_bad_line_is_refused_naming_it() {
+        for (text, says) in [
+            ("", "no prints in it"),
+            ("# only a comment\n", "no prints in it"),
+            (
+                "1000,X:BTCUSD\n",
+                "line 1: 2 fields where t_ms,symbol,price are three",
+            ),
+            (
+                "soon,X:BTCUSD,1\n",
+                "line 1: t_ms \"soon\" must be epoch milliseconds",
+            ),
+            ("1000,btc,1\n", "line 1: symbol \"btc\" must be upper case"),
+            (
+                "1000,X:BTCUSD,0\n",
+                "line 1: price \"0\" must be a positive decimal",
+            ),
+            (
+                "1000,X:BTCUSD,-5\n",
+                "line 1: price \"-5\" must be a positive",
+            ),
+            (
+                "1000,X:BTCUSD,1\n999,X:BTCUSD,1\n",
+                "line 2: t_ms 999 is before the line above's 1000",
+            ),
+            (
+                "{\"symbol\":\"A\",\"price\":\"1\"}\n",
+                "line 1: t_ms must be epoch milliseconds",
+            ),
+            (
+                "{\"symbol\":\"A\",\"price\":true,\"t_ms\":1}\n",
+                "line 1: price must be a decimal string",
+            ),
+            (
+                "{\"msg\":{}}\n",
+                "line 1: a message with `msg` but no `type`",
+            ),
+            ("{not json\n", "line 1: not a JSON object"),
+            (
+                "t_ms,symbol,price\nt_ms,symbol,price\n",
+                "line 2: t_ms \"t_ms\" must be",
+            ),
+        ] {
+            let error = Prints::parse(text).unwrap_err();
+            assert!(error.starts_with(says), "{text:?}: {error}");
+        }
+    }
+
+    fn sample() -> Prints {
+        Prints::parse("0,A,1\n100,B,2\n300,A,3\n").unwrap()
+    }
+
+    #[test]
+    fn a_file_without_loop_is_sent_once_at_its_recorded_pace() {
+        let prints = sample();
+        let sent: Vec<(f64, i64)> = Schedule::new(&prints, 2.0, false, 50)
+            .map(|(due, p)| (due, p.price_e8 / 100_000_000))
+            .collect();
+        assert_eq!(sent, [(0.0, 1), (50.0, 2), (150.0, 3)]);
+    }
+
+    /// Looping plays the file backward, then forward: every symbol goes on
+    /// from its price, with the recorded gaps mirrored, a gap between laps.
+    #[test]
+    fn a_looping_file_goes_back_and_forth_without_a_jump() {
+        let prints = sample();
+        let sent: Vec<(f64, String, i64)> = Schedule::new(&prints, 1.0, true, 10)
+            .take(9)
+            .map(|(due, p)| {
+                (
+                    due,
+                    prints.symbols[p.symbol as usize].clone(),
+                    p.price_e8 / 100_000_000,
+                )
+            })
+            .collect();
+        let expect = [
+            (0.0, "A", 1),
+            (100.0, "B", 2),
+            (300.0, "A", 3),
+            (310.0, "A", 3),
+            (510.0, "B", 2),
+            (610.0, "A", 1),
+            (620.0, "A", 1),
+            (720.0, "B", 2),
+            (920.0, "A", 3),
+        ];
+        let expect: Vec<(f64, String, i64)> = expect
+            .iter()
+            .map(|&(t, s, p)| (t, s.to_string(), p))
+            .collect();
+        assert_eq!(sent, expect);
+    }
 }

@@ -179,16 +179,24 @@ impl Server {
             .map(SeriesEntry::to_config)
             .collect::<Result<_, _>>()
             .map_err(StartError::Config)?;
+        // The whole file of recorded prints is read and checked now too.
+        let price_file = config
+            .price_file
+            .as_deref()
+            .map(crate::feed::Prints::read)
+            .transpose()
+            .map_err(StartError::Config)?;
+        // The addresses are taken before the data directory is made or
+        // the journal opened: a start that cannot serve must not journal a
+        // first configuration, which would fix the venue's environment and
+        // series for good, nor leave a new directory behind.
+        let public = reserve(config.listen)?;
+        let private = reserve(config.admin_listen)?;
         std::fs::create_dir_all(&config.data_dir).map_err(|error| StartError::DataDir {
             path: config.data_dir.clone(),
             error,
         })?;
         let token = admin_token(&config.data_dir)?;
-        // The addresses are taken before the journal is opened: a start
-        // that cannot serve must not journal a first configuration, which
-        // would fix the venue's environment and series for good.
-        let public = reserve(config.listen)?;
-        let private = reserve(config.admin_listen)?;
         if !config.admin_listen.ip().is_loopback() {
             tracing::warn!(
                 admin_listen = %config.admin_listen,
@@ -330,6 +338,18 @@ impl Server {
         // those still in the file (their windows would stall unsettled),
         // going on from each symbol's last journaled price.
         let mut simulated: BTreeMap<String, f64> = BTreeMap::new();
+        // Every series the venue will have: the journal's and the file's.
+        let mut all_series: BTreeMap<String, String> = node
+            .state()
+            .series
+            .iter()
+            .map(|s| (s.config.ticker.clone(), s.config.symbol.clone()))
+            .collect();
+        for s in &series_configs {
+            all_series
+                .entry(s.ticker.clone())
+                .or_insert_with(|| s.symbol.clone());
+        }
         for series in &node.state().series {
             simulated.insert(series.config.symbol.clone(), 100.0);
         }
@@ -408,17 +428,46 @@ impl Server {
         }
 
         let feed_stop = Arc::new(AtomicBool::new(false));
-        let feed = config.price_simulator.then(|| {
-            crate::feed::start(
+        let feed = if let Some(prints) = price_file {
+            for (ticker, symbol) in &all_series {
+                if !prints.symbols.contains(symbol) {
+                    tracing::warn!(
+                        series = %ticker,
+                        symbol = %symbol,
+                        "the price file has no prints of this series' symbol: its windows will not open or settle without another feed"
+                    );
+                }
+            }
+            tracing::info!(
+                file = %config.price_file.as_deref().unwrap_or(Path::new("")).display(),
+                prints = prints.prints.len(),
+                symbols = prints.symbols.len(),
+                recorded_span_ms = prints.span_ms(),
+                speed = config.price_file_speed,
+                looping = config.price_file_loop,
+                "replaying recorded prints instead of the price simulator"
+            );
+            Some(crate::feed::start_file(
                 submitter.clone(),
-                simulated,
+                prints,
+                config.price_file_speed,
+                config.price_file_loop,
                 Duration::from_millis(config.price_interval_ms),
-                // A restart goes on with other steps, not the same walk
-                // again (reproducible from the same journal).
-                config.price_seed ^ journal_seq.wrapping_mul(0x9E37_79B9_7F4A_7C15),
                 feed_stop.clone(),
-            )
-        });
+            ))
+        } else {
+            config.price_simulator.then(|| {
+                crate::feed::start(
+                    submitter.clone(),
+                    simulated,
+                    Duration::from_millis(config.price_interval_ms),
+                    // A restart goes on with other steps, not the same walk
+                    // again (reproducible from the same journal).
+                    config.price_seed ^ journal_seq.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                    feed_stop.clone(),
+                )
+            })
+        };
 
         let app = Arc::new(App {
             submitter: submitter.clone(),

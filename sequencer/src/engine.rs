@@ -1762,7 +1762,9 @@ fn check_new_order(new: &NewOrder) -> Result<(), Reject> {
     Ok(())
 }
 
-fn check_series(config: &SeriesConfig) -> Result<(), Reject> {
+/// A series' settings as `CreateSeries` accepts them; the server checks
+/// its configuration with it before it journals anything.
+pub fn check_series(config: &SeriesConfig) -> Result<(), Reject> {
     let bad = |m: &str| Err(Reject::bad_request(m));
     if !is_series_ticker(&config.ticker) {
         return bad("series ticker must match ^[a-z0-9][a-z0-9-]{0,63}$");

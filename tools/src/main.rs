@@ -78,6 +78,11 @@ struct ServeArgs {
     /// Create, once, a funded demo account and print a read+trade test key.
     #[arg(long)]
     demo: bool,
+    /// Replay this file of recorded prints (lines `t_ms,symbol,price`, or
+    /// JSON as the admin ingest path or the websocket's `prices` channel
+    /// has them) instead of the price simulator (overrides the config file).
+    #[arg(long)]
+    price_file: Option<PathBuf>,
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
@@ -148,6 +153,9 @@ fn serve(args: ServeArgs) -> Result<()> {
     }
     if let Some(dir) = args.data_dir {
         config.data_dir = dir;
+    }
+    if let Some(file) = args.price_file {
+        config.price_file = Some(file);
     }
     config.log_json |= args.log_json;
     config.truncate_corrupt_journal |= args.truncate_corrupt_journal;

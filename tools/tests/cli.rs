@@ -420,34 +420,23 @@ fn a_restart_with_a_changed_configuration_keeps_the_venue_consistent() {
     };
     let config = first.write(&dir.path().join("first.toml"));
     let mut serve = Launch::new(&data, Some(&config)).start();
-    // Some prints of the series' symbol, then a graceful stop.
-    std::thread::sleep(Duration::from_millis(700));
-    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
     // The last journaled print of the series' symbol, and how many.
     let prints = |data: &Path| -> (usize, f64) {
-        let out = Command::new(BIN)
-            .args([
-                "journal",
-                "dump",
-                "--json",
-                "--raw",
-                "--kind",
-                "price",
-                "--data-dir",
-            ])
-            .arg(data)
-            .output()
-            .unwrap();
-        let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .filter(|l: &Value| l["command"]["symbol"] == common::SYMBOL)
-            .collect();
-        let last = lines.last().expect("prints")["command"]["price_e8"]
-            .as_i64()
-            .unwrap();
+        let lines = journaled_prints(data, common::SYMBOL);
+        let last = lines.last().map_or(0, |p| p.0);
         (lines.len(), last as f64 / 1e8)
     };
+    // Some prints of the series' symbol, then a graceful stop.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while prints(&data).0 < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "no prints: {}",
+            serve.stderr.text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
     let (printed, before) = prints(&data);
 
     // The other environment: refused, naming it, nothing changed.
@@ -491,15 +480,25 @@ fn a_restart_with_a_changed_configuration_keeps_the_venue_consistent() {
     // where it was.
     let other = dir.path().join("other.toml");
     let text = first.toml();
+    // (`series = []`: no series at all, not the default ones, which print
+    // the same symbol.)
     let without_series = text[..text.find("[[series]]").unwrap()].to_string()
-        + "price_simulator = true\naccount_risk_cap_usd = 5000\n";
+        + "price_simulator = true\naccount_risk_cap_usd = 5000\nseries = []\n";
     std::fs::write(
         &other,
         without_series.replacen("price_simulator = true\n", "", 1),
     )
     .unwrap();
     let mut serve = Launch::new(&data, Some(&other)).start();
-    std::thread::sleep(Duration::from_millis(700));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while prints(&data).0 <= printed {
+        assert!(
+            Instant::now() < deadline,
+            "the dropped series' symbol got no prints: {}",
+            serve.stderr.text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(serve.sigterm().success(), "{}", serve.stderr.text());
     let dump = Command::new(BIN)
         .args([
@@ -530,7 +529,8 @@ fn a_restart_with_a_changed_configuration_keeps_the_venue_consistent() {
 }
 
 /// A start that cannot serve (its address is taken) exits 2 naming the
-/// address, says the cause once, and journals nothing: its first
+/// address, says the cause once, and makes nothing, no data directory and
+/// no journal: its first
 /// configuration would have fixed the venue's environment and series for
 /// the next start. The next start, on a free address, may be a live venue.
 #[test]
@@ -553,15 +553,7 @@ fn a_start_that_cannot_listen_journals_nothing() {
         assert_eq!(output.status.code(), Some(2), "{flag}: {err}");
         assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
         assert_eq!(err.matches("(os error").count(), 1, "the cause once: {err}");
-        assert!(
-            !data.join("journal").exists()
-                || std::fs::read_dir(data.join("journal")).unwrap().all(|e| !e
-                    .unwrap()
-                    .path()
-                    .to_string_lossy()
-                    .ends_with(".seg")),
-            "{flag}: a segment was written"
-        );
+        assert!(!data.exists(), "{flag}: the data directory was made");
     }
     let live = dir.path().join("live.toml");
     std::fs::write(&live, "environment = \"live\"\nprice_simulator = false\n").unwrap();
@@ -609,6 +601,21 @@ fn settings_out_of_range_are_refused_naming_them() {
             "durability = \"interval\"\ndurability_interval_ms = 0",
             "durability_interval_ms (with durability = \"interval\") must be at least 1",
         ),
+        // These two and the series below were refused by the sequencer,
+        // after the first configuration was journaled.
+        ("history_tail_secs = 0", "history_tail_secs must be at least 1"),
+        (
+            "[[series]]\nticker = \"BTC_1m\"\nsymbol = \"X:BTCUSD\"\nwindow_minutes = 1",
+            "series \"BTC_1m\": series ticker must match",
+        ),
+        (
+            "[[series]]\nticker = \"btc-1m\"\nsymbol = \"X:BTCUSD\"\nwindow_minutes = 0",
+            "series \"btc-1m\": window must be whole minutes",
+        ),
+        (
+            "[[series]]\nticker = \"a\"\nsymbol = \"A\"\nwindow_minutes = 1\n[[series]]\nticker = \"a\"\nsymbol = \"B\"\nwindow_minutes = 5",
+            "series \"a\" is listed twice",
+        ),
     ] {
         let path = dir.path().join("bad.toml");
         std::fs::write(
@@ -641,6 +648,169 @@ fn settings_out_of_range_are_refused_naming_them() {
         let err = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{setting}: {err}");
         assert!(err.contains(says), "{setting}: {err}");
-        assert!(!data.join("journal").exists(), "{setting}: journal made");
+        assert!(!data.exists(), "{setting}: the data directory was made");
     }
+}
+
+/// The journaled prints of `symbol`, in order: (price x 10^8, t_ms).
+fn journaled_prints(data: &Path, symbol: &str) -> Vec<(i64, u64)> {
+    let out = Command::new(BIN)
+        .args([
+            "journal",
+            "dump",
+            "--json",
+            "--raw",
+            "--kind",
+            "price",
+            "--data-dir",
+        ])
+        .arg(data)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["command"]["symbol"] == symbol)
+        .map(|l| {
+            (
+                l["command"]["price_e8"].as_i64().unwrap(),
+                l["command"]["t_ms"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A file of recorded prints replaces the simulator: its prints are
+/// journaled in its order, paced by its gaps, stamped with the venue's
+/// clock; looping, it goes back through the file backward. A series whose
+/// symbol the file lacks is named in a warning, and a bad file is refused
+/// at start, naming its line, before anything is journaled.
+#[test]
+fn a_price_file_is_replayed_in_order_and_a_bad_one_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prints.csv");
+    // Two symbols, 40 ms apart as recorded; the series trades the first.
+    std::fs::write(
+        &file,
+        format!(
+            "t_ms,symbol,price\n\
+             1700000000000,{s},97000\n\
+             1700000000040,AAPL,230.5\n\
+             1700000000080,{s},97010.25\n\
+             {{\"type\":\"price\",\"sid\":1,\"seq\":3,\"msg\":{{\"symbol\":\"{s}\",\"price\":\"97020\",\"t_ms\":1700000000120}}}}\n",
+            s = common::SYMBOL
+        ),
+    )
+    .unwrap();
+    let e8 = |p: f64| (p * 1e8).round() as i64;
+    let forward = [e8(97_000.0), e8(97_010.25), e8(97_020.0)];
+    for (looping, wanted) in [
+        (false, forward.to_vec()),
+        (
+            true,
+            [
+                &forward[..],
+                &[forward[2], forward[1], forward[0], forward[0]],
+            ]
+            .concat(),
+        ),
+    ] {
+        let data = dir.path().join(format!("data-{looping}"));
+        // The simulator on: the file takes its place.
+        let settings = common::Settings {
+            price_simulator: true,
+            price_interval_ms: 20,
+            ..common::Settings::default()
+        };
+        let text = format!(
+            "price_file = {:?}\nprice_file_loop = {looping}\n{}",
+            file.to_str().unwrap(),
+            settings.toml()
+        );
+        let config = dir.path().join(format!("file-{looping}.toml"));
+        std::fs::write(&config, text).unwrap();
+        let started_ms = common::now_ms();
+        let mut serve = Launch::new(&data, Some(&config)).log("info").start();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while journaled_prints(&data, common::SYMBOL).len() < wanted.len() {
+            assert!(Instant::now() < deadline, "{}", serve.stderr.text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if !looping {
+            // Nothing more comes: the simulator does not take over.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        assert!(serve.sigterm().success(), "{}", serve.stderr.text());
+        let log = serve.stderr.text();
+        assert!(
+            log.contains("replaying recorded prints instead of the price simulator"),
+            "{log}"
+        );
+        let got = journaled_prints(&data, common::SYMBOL);
+        let prices: Vec<i64> = got.iter().map(|p| p.0).collect();
+        assert_eq!(prices[..wanted.len()], wanted[..], "looping {looping}");
+        if !looping {
+            assert_eq!(
+                prices.len(),
+                wanted.len(),
+                "the file ended, the prints stopped"
+            );
+        }
+        // Stamped with the venue's clock, in order, at the recorded pace at
+        // most (the third print was recorded 120 ms after the first).
+        assert!(got[0].1 >= started_ms, "{got:?}");
+        assert!(got.windows(2).all(|w| w[0].1 <= w[1].1), "{got:?}");
+        assert!(got[2].1 >= started_ms + 119, "{got:?} from {started_ms}");
+        assert_eq!(
+            journaled_prints(&data, "AAPL")[0].0,
+            e8(230.5),
+            "the other symbol's print"
+        );
+    }
+
+    // A series whose symbol the file lacks: warned, by name.
+    std::fs::write(&file, "1700000000000,AAPL,230\n").unwrap();
+    let data = dir.path().join("data-other");
+    let mut serve = Launch::new(&data, None)
+        .arg("--price-file")
+        .arg(file.to_str().unwrap())
+        .start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !serve
+        .stderr
+        .text()
+        .contains("the price file has no prints of this series' symbol")
+    {
+        assert!(Instant::now() < deadline, "{}", serve.stderr.text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(serve.sigterm().success());
+
+    // A bad line: refused at start, naming the file and the line.
+    std::fs::write(&file, "1700000000000,AAPL,230\n1700000000001,AAPL,zero\n").unwrap();
+    let data = dir.path().join("data-bad");
+    let output = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--price-file")
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "price_file {}: line 2: price \"zero\" must be a positive decimal",
+            file.display()
+        )),
+        "{err}"
+    );
+    assert!(!data.exists(), "the data directory was made");
 }
