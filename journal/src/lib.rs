@@ -20,10 +20,12 @@
 //! What it deliberately does not do:
 //! - It knows nothing of orders, markets or accounts: only bytes, records and
 //!   segments. Decoding payloads is the caller's business.
-//! - It has exactly one writer. [`Journal`] is not shared between threads and
-//!   two writers on one directory are not detected (no lock file); the process
-//!   that runs the sequencer owns the journal. Any number of [`Reader`]s may
-//!   follow it, in the same process or others.
+//! - It has exactly one writer. [`Journal`] is not shared between threads, and
+//!   a second writer on one directory is refused: `open` holds an exclusive
+//!   `flock` on `LOCK` while the journal lives ([`writer_running`] tells a
+//!   tool whether one does). The process that runs the sequencer owns the
+//!   journal. Any number of [`Reader`]s may follow it, in the same process
+//!   or others.
 //! - It does not assign sequence numbers or read the time for records: the
 //!   sequencer does. (The `IntervalMs` policy reads a monotonic clock only to
 //!   decide when to flush.)
@@ -45,6 +47,6 @@ pub use reader::{Reader, Record};
 pub use scan::{truncate_after, verify, Problem, ProblemKind, TailCut, VerifyReport};
 pub use segment::{segment_file_name, segment_path};
 pub use writer::{
-    Durability, Journal, JournalConfig, Recovery, SyncCount, SyncPoint, DEFAULT_SEGMENT_BYTES,
-    LOCK_FILE, SEGMENT_SIZE_UNIT,
+    writer_running, Durability, Journal, JournalConfig, Recovery, SyncCount, SyncPoint,
+    DEFAULT_SEGMENT_BYTES, LOCK_FILE, SEGMENT_SIZE_UNIT,
 };

@@ -173,6 +173,26 @@ impl SyncCount {
 /// The file a writer locks in its journal directory.
 pub const LOCK_FILE: &str = "LOCK";
 
+/// Whether a writer holds the journal in `dir` now, for tools that must
+/// not act behind a running venue's back. It takes the lock shared for an
+/// instant: a writer opening the journal in that instant is refused as if
+/// another one held it.
+pub fn writer_running(dir: &Path) -> Result<bool, JournalError> {
+    let path = dir.join(LOCK_FILE);
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(JournalError::io(format!("opening {}", path.display()), e)),
+    };
+    match file.try_lock_shared() {
+        Ok(()) => Ok(false),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(true),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(JournalError::io(format!("locking {}", path.display()), e))
+        }
+    }
+}
+
 /// A segment being built on its own thread; joining it gives the result
 /// and leaves no thread behind.
 type Preparing = std::thread::JoinHandle<Result<Prepared, JournalError>>;

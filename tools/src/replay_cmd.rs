@@ -376,7 +376,7 @@ fn summary_text(v: &Value, state: &State) -> String {
     ));
     if let Some(s) = v["from_snapshot"].as_u64() {
         t.push_str(&format!(
-            "  (the records up to seq {s} were not read: `updown journal verify` checks them, \
+            "  (the records up to seq {s} were not applied: `updown journal verify` checks them, \
              `--no-snapshots` replays them)\n"
         ));
     }
@@ -846,6 +846,20 @@ pub fn snapshot_cmd(args: SnapshotArgs) -> Result<()> {
     else {
         bail!("where should the snapshot go? give --data-dir DIR or --snapshots DIR");
     };
+    // Into a running venue's own snapshots: it could hold records the venue
+    // has not made durable yet, and after a power loss the venue would
+    // find a snapshot past its journal and refuse to start.
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    let venue_snapshots = journal.parent().map(|d| d.join("snapshots"));
+    if venue_snapshots.is_some_and(|v| same(&v, &dir)) && journal::writer_running(&journal)? {
+        bail!(
+            "a venue is running on {}: a snapshot written into its snapshots now could hold records it has not made durable yet, and after a power loss it would refuse to start on it. The venue writes its own (every snapshot_every commands, and at shutdown); stop it first, or write this one elsewhere with --snapshots DIR",
+            journal.display()
+        );
+    }
     let from = args.source.snapshot_dir();
     let until = until_of(args.until_seq, None);
     let (mut outcome, secs) = rebuild(&journal, from.as_deref(), until, args.progress)?;

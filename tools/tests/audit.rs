@@ -1182,6 +1182,19 @@ fn a_real_server_run_replays_to_what_rest_answered() {
     }
     let text = updown_ok(&["journal", "tail", "-n", "5", "--data-dir", d]);
     assert_eq!(text.lines().count(), 5);
+    // A snapshot into the running venue's own snapshots is refused (it
+    // could be past what the venue made durable); elsewhere it is made.
+    let (ok, _, err) = updown(&["snapshot", "--data-dir", d]);
+    assert!(!ok && err.contains("a venue is running on"), "{err}");
+    let elsewhere = dir.path().join("elsewhere");
+    let shot = updown_ok(&[
+        "snapshot",
+        "--data-dir",
+        d,
+        "--snapshots",
+        elsewhere.to_str().unwrap(),
+    ]);
+    assert!(shot.contains("elsewhere"), "{shot}");
     assert!(server.sigterm().success());
 
     // Each moment, rebuilt, answers what REST answered then.
