@@ -94,18 +94,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
-read -r PORT ADMIN_PORT < <("$PYTHON" - <<'EOF'
-import socket
-socks = [socket.socket() for _ in range(2)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))
+# Port 0: the kernel picks free ports as the server binds them (ports picked
+# here and bound later could be taken meanwhile); the addresses are read from
+# the line the server prints when it listens, "updown V listening on
+# http://ADDR/v1 (admin on ADMIN, data in DIR)". A request waits up to 30 s
+# for the sequencer: the default 2 s answers 503 after a stall of a busy
+# machine, which not_a_server_error would count.
+cat >"$TMP/updown.toml" <<'EOF'
+request_timeout_ms = 30000
 EOF
-)
-BASE="http://127.0.0.1:$PORT/v1"
-echo "== starting updown serve --demo on 127.0.0.1:$PORT (admin $ADMIN_PORT), data in $TMP/data"
-UPDOWN_LOG="${UPDOWN_LOG:-warn}" "$BIN" serve --demo --data-dir "$TMP/data" \
-    --listen "127.0.0.1:$PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
+echo "== starting updown serve --demo on loopback ports the kernel picks, data in $TMP/data"
+UPDOWN_LOG="${UPDOWN_LOG:-warn}" "$BIN" serve --demo --config "$TMP/updown.toml" \
+    --data-dir "$TMP/data" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
     >"$TMP/server.out" 2>"$TMP/server.err" &
 SERVER_PID=$!
 
@@ -113,18 +113,23 @@ server_log() {
     echo "--- server stdout"; tail -20 "$TMP/server.out" || true
     echo "--- server stderr"; tail -40 "$TMP/server.err" || true
 }
-KEY=""
+KEY="" ADDR="" ADMIN_ADDR=""
 for _ in $(seq 1 600); do
+    read -r ADDR ADMIN_ADDR < <(sed -n \
+        's|.* listening on http://\([^/]*\)/v1 (admin on \([^,]*\), data in .*|\1 \2|p' \
+        "$TMP/server.out" 2>/dev/null | head -1) || true
     KEY=$(grep -o 'tk_test_[A-Za-z0-9_]*' "$TMP/server.out" 2>/dev/null | head -1 || true)
-    [ -n "$KEY" ] && break
+    [ -n "$ADDR" ] && [ -n "$KEY" ] && break
     kill -0 "$SERVER_PID" 2>/dev/null || break
     sleep 0.1
 done
-if [ -z "$KEY" ]; then
-    echo "the server did not start or print a demo key"
+if [ -z "$ADDR" ] || [ -z "$KEY" ]; then
+    echo "the server did not start, say where it listens or print a demo key"
     server_log
     exit 1
 fi
+BASE="http://$ADDR/v1"
+echo "updown serve --demo listening on $ADDR (admin on $ADMIN_ADDR)"
 
 # Metrics: requests answered, by status, from the server's own counters.
 metrics() {

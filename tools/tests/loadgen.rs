@@ -8,16 +8,26 @@ mod common;
 use std::process::Command;
 use std::time::Instant;
 
-use common::{Launch, Serve, BIN};
+use common::{open_market, Launch, Serve, Settings, BIN};
 use serde_json::Value;
 use tempfile::TempDir;
 
-/// A venue started on a fresh data directory: the directory's holder, the
+/// A venue started on a fresh data directory with the tests' settings
+/// (`common::Settings`): one series whose window lasts about a day (with
+/// the default one-minute windows, a stall of this shared machine could
+/// send orders of a run into a window that has closed meanwhile), a request
+/// timeout far over the default 2 s (after which a stall would answer 503)
+/// and no price simulator: a print opens the current window, the one
+/// market the load generator finds. Returns the directory's holder, the
 /// data directory, the server and its base URL.
 fn venue() -> (TempDir, std::path::PathBuf, Serve, String) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let server = Launch::new(&data, None).start();
+    let settings = Settings::default();
+    let config = settings.write(&dir.path().join("updown.toml"));
+    let server = Launch::new(&data, Some(&config)).start();
+    server.admin().price("97000.5");
+    open_market(&mut server.api(), &settings.series);
     let target = format!("http://{}", server.addr);
     (dir, data, server, target)
 }

@@ -122,7 +122,7 @@ fn window_minutes() -> u64 {
 /// `data_dir`, the default one gateway worker, `durability` (group commit
 /// unless a run asks otherwise), no price simulator, four series of about
 /// a day on one symbol, and every limit (rate limit, risk cap, market cap,
-/// lockout) too high to interfere.
+/// lockout, request timeout) too high to interfere.
 pub fn venue_config(data_dir: &Path, durability: DurabilityPolicy) -> ServerConfig {
     let minutes = window_minutes();
     let series = SERIES
@@ -165,6 +165,11 @@ pub fn venue_config(data_dir: &Path, durability: DurabilityPolicy) -> ServerConf
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(ServerConfig::default().sync_spacing_us),
+        // A request waits up to 30 s for the sequencer, not 2 s: the
+        // default answers 503 after a stall of this shared machine (the
+        // run checks that every order was answered 201). It changes nothing
+        // while the venue keeps up.
+        request_timeout_ms: 30_000,
         ..ServerConfig::default()
     }
 }
