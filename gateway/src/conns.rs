@@ -20,6 +20,59 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
+/// Descriptors kept for the venue itself, out of the process's limit,
+/// whatever the clients hold: journal segments and the directory syncs of
+/// a roll, snapshot and history files, the admin listener and its
+/// connections, the runtime's own. A flood that took them all failed a
+/// segment roll with EMFILE, and the journal, failed, took no more writes
+/// until a restart (a resource trial, twelfth session).
+pub const DESCRIPTORS_RESERVED: u64 = 256;
+
+/// The cap on open client connections for a wanted `total`: the soft limit
+/// on open descriptors is raised to the hard one first, and the cap is
+/// lowered, with a warning, to leave [`DESCRIPTORS_RESERVED`] of it.
+pub fn total_within_descriptor_limit(total: usize) -> usize {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: plain calls on a local struct.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return total;
+            }
+            if limit.rlim_cur < limit.rlim_max {
+                let raised = libc::rlimit {
+                    rlim_cur: limit.rlim_max,
+                    rlim_max: limit.rlim_max,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                    limit = raised;
+                }
+            }
+        }
+        if limit.rlim_cur == libc::RLIM_INFINITY {
+            return total;
+        }
+        let room = limit.rlim_cur.saturating_sub(DESCRIPTORS_RESERVED).max(1);
+        if total as u64 > room {
+            tracing::warn!(
+                http_connections_max = total,
+                descriptor_limit = limit.rlim_cur,
+                reserved = DESCRIPTORS_RESERVED,
+                cap = room,
+                "http_connections_max is over what the process's descriptor limit leaves after the venue's own: connections are capped lower (raise the limit, e.g. LimitNOFILE or ulimit -n, to have more)"
+            );
+            return room as usize;
+        }
+        total
+    }
+    #[cfg(not(unix))]
+    total
+}
+
 /// The caps and the idle timeout.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {

@@ -485,7 +485,7 @@ impl Server {
         let shutdown = Arc::new(Notify::new());
         let limits = crate::conns::Limits {
             per_address: config.http_connections_per_address,
-            total: config.http_connections_max,
+            total: crate::conns::total_within_descriptor_limit(config.http_connections_max),
             idle: Duration::from_secs(config.http_idle_timeout_secs),
         };
         let (addr, admin_addr, servers) = runtime.block_on(async {

@@ -941,3 +941,71 @@ fn a_second_server_on_the_same_data_directory_is_refused() {
     // Once the first has stopped, the directory is free again.
     starts_and_keeps_everything(&work, &data, &written);
 }
+
+/// Client connections cannot take the descriptors the venue needs for
+/// itself: under a low limit the connection cap is lowered (with a
+/// warning) to leave a reserve, and with every client slot held, the
+/// journal goes on rolling segments. (A flood under the default cap made a
+/// roll fail with EMFILE, and the failed journal took no more writes until
+/// a restart.)
+#[test]
+fn held_connections_leave_the_journal_its_descriptors() {
+    let w = work();
+    let mut launch = Launch::new(&w.dir.path().join("data"), Some(&w.config));
+    launch.nofile = Some(320);
+    let mut serve = launch.start();
+    let log = serve.stderr.text();
+    assert!(log.contains("connections are capped lower"), "{log}");
+    // Every client slot taken, and more than the whole limit (those past
+    // the cap are refused).
+    let held: Vec<std::net::TcpStream> = (0..400)
+        .map(|_| std::net::TcpStream::connect(&serve.addr).expect("connect"))
+        .collect();
+    let refused = Http::new(&serve.addr).call("GET", "/markets", None, None);
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    // Three segments' worth of journaled admin commands (each some 6 KB:
+    // a key's limits naming 100 series).
+    let mut admin = serve.admin();
+    let trader = admin.trader("10.00");
+    let series: Vec<String> = (0..100).map(|i| format!("{:0>60}", i)).collect();
+    let segments = |data: &Path| {
+        std::fs::read_dir(data.join("journal"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "seg")
+            })
+            .count()
+    };
+    let data = w.dir.path().join("data");
+    let before = segments(&data);
+    for _ in 0..600 {
+        admin.post(
+            &format!("/admin/keys/{}/limits", trader.key_id),
+            serde_json::json!({ "series": series }),
+        );
+    }
+    assert!(
+        segments(&data) >= before + 2,
+        "{} segments",
+        segments(&data)
+    );
+    drop(held);
+    // Still taking writes: the journal never failed.
+    let mut api = Http::new(&serve.addr);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while api.call("GET", "/markets", None, None).status != 200 {
+        assert!(Instant::now() < deadline, "still refused");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    admin.create_account("1.00");
+    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
+    assert!(
+        !serve.stderr.text().contains("ERROR"),
+        "{}",
+        serve.stderr.text()
+    );
+}

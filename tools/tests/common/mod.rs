@@ -212,6 +212,8 @@ pub struct Launch {
     pub args: Vec<String>,
     /// `UPDOWN_LOG`.
     pub log: String,
+    /// A limit on open descriptors (soft and hard), set by a shell.
+    pub nofile: Option<u64>,
 }
 
 impl Launch {
@@ -221,6 +223,7 @@ impl Launch {
             config: config.map(Path::to_path_buf),
             args: Vec::new(),
             log: "warn".into(),
+            nofile: None,
         }
     }
     pub fn arg(mut self, arg: &str) -> Launch {
@@ -267,7 +270,17 @@ pub struct StartFailure {
 impl Launch {
     /// Spawns the child without waiting for anything.
     pub fn spawn(&self) -> Serve {
-        let mut command = Command::new(BIN);
+        let mut command = match self.nofile {
+            // The shell sets the limit and becomes the server (`exec`).
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(BIN);
+                sh
+            }
+            None => Command::new(BIN),
+        };
         command.arg("serve").arg("--data-dir").arg(&self.data_dir);
         if let Some(config) = &self.config {
             command.arg("--config").arg(config);
