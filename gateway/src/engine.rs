@@ -377,14 +377,17 @@ pub fn now_ms() -> u64 {
 }
 
 impl Engine {
-    /// Starts the sequencer thread over an opened node.
+    /// Starts the sequencer thread, and the snapshot and journal-sync
+    /// threads it hands work to, over an opened node. A thread the system
+    /// will not start is an error here, not a sequencer that dies later
+    /// behind a server that goes on answering 503.
     pub fn start(
         node: Node,
         settings: EngineSettings,
         metrics: Arc<Metrics>,
         failures: FailureSink,
         events: EventSink,
-    ) -> Engine {
+    ) -> std::io::Result<Engine> {
         let (tx, rx) = bell::bounded(settings.queue_capacity);
         let stop = Arc::new(AtomicBool::new(false));
         let submitter = Submitter {
@@ -392,16 +395,59 @@ impl Engine {
             timeout: settings.request_timeout,
             metrics: metrics.clone(),
         };
+        let sync_failed: Arc<OnceLock<String>> = Arc::new(OnceLock::new());
+        let snapshot_busy = Arc::new(AtomicBool::new(false));
+        let (snapshots, snapshot_rx) = crossbeam_channel::bounded::<replay::SnapshotJob>(1);
+        let snapshotter = {
+            let (failed, busy) = (sync_failed.clone(), snapshot_busy.clone());
+            std::thread::Builder::new()
+                .name("snapshot".into())
+                .spawn(move || snapshot_loop(snapshot_rx, failed, busy))?
+        };
+        // (Should a later thread not start, the senders dropped with the
+        // failed closure end these two.)
+        let (commit_tx, commit_rx) = bell::bounded::<Closed>(COMMIT_PIPELINE);
+        let committer = {
+            let failed = sync_failed.clone();
+            let (metrics, sync_spacing) = (metrics.clone(), settings.sync_spacing);
+            std::thread::Builder::new()
+                .name("journal-sync".into())
+                .spawn(move || commit_loop(commit_rx, failed, metrics, sync_spacing))?
+        };
+        let helpers = Helpers {
+            sync_failed,
+            snapshot_busy,
+            snapshots,
+            snapshotter,
+            commit_tx,
+            committer,
+        };
         let thread_stop = stop.clone();
         let handle = std::thread::Builder::new()
             .name("sequencer".into())
-            .spawn(move || run(node, rx, settings, metrics, failures, events, thread_stop))
-            .expect("spawn the sequencer thread");
-        Engine {
+            .spawn(move || {
+                run(
+                    node,
+                    rx,
+                    settings,
+                    metrics,
+                    failures,
+                    events,
+                    thread_stop,
+                    helpers,
+                )
+            })?;
+        Ok(Engine {
             submitter,
             stop,
             handle: Some(handle),
-        }
+        })
+    }
+
+    /// Whether the sequencer thread has ended without being asked to (it
+    /// panicked): the venue can take no command again.
+    pub fn died(&self) -> bool {
+        !self.stop.load(Ordering::SeqCst) && self.handle.as_ref().is_some_and(|h| h.is_finished())
     }
 
     /// Stops taking new work, finishes what is queued, syncs the journal and
@@ -427,6 +473,18 @@ struct Loop {
     journal_synced: journal::SyncCount,
 }
 
+/// The threads the sequencer hands work to, and what it shares with them.
+struct Helpers {
+    /// The first failure of a journal sync (or snapshot), once there is one.
+    sync_failed: Arc<OnceLock<String>>,
+    snapshot_busy: Arc<AtomicBool>,
+    snapshots: Sender<replay::SnapshotJob>,
+    snapshotter: std::thread::JoinHandle<()>,
+    commit_tx: bell::BellSender<Closed>,
+    committer: std::thread::JoinHandle<()>,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run(
     node: Node,
     rx: BellReceiver<Job>,
@@ -435,20 +493,19 @@ fn run(
     failures: FailureSink,
     mut events: EventSink,
     stop: Arc<AtomicBool>,
+    helpers: Helpers,
 ) -> Node {
     // The state's tables grow on this thread: their new pages are faulted
     // in by the allocator's populator, not by the commands (`crate::alloc`).
     crate::alloc::populate_ahead_on_this_thread();
-    let sync_failed: Arc<OnceLock<String>> = Arc::new(OnceLock::new());
-    let snapshot_busy = Arc::new(AtomicBool::new(false));
-    let (snapshots, snapshot_rx) = crossbeam_channel::bounded::<replay::SnapshotJob>(1);
-    let snapshotter = {
-        let (failed, busy) = (sync_failed.clone(), snapshot_busy.clone());
-        std::thread::Builder::new()
-            .name("snapshot".into())
-            .spawn(move || snapshot_loop(snapshot_rx, failed, busy))
-            .expect("spawn the snapshot thread")
-    };
+    let Helpers {
+        sync_failed,
+        snapshot_busy,
+        snapshots,
+        snapshotter,
+        commit_tx,
+        committer,
+    } = helpers;
     let mut this = Loop {
         node,
         settings,
@@ -460,15 +517,6 @@ fn run(
         snapshots,
         snapshot_busy: snapshot_busy.clone(),
         journal_synced: journal::SyncCount::default(),
-    };
-    let (commit_tx, commit_rx) = bell::bounded::<Closed>(COMMIT_PIPELINE);
-    let committer = {
-        let failed = sync_failed.clone();
-        let sync_spacing = this.settings.sync_spacing;
-        std::thread::Builder::new()
-            .name("journal-sync".into())
-            .spawn(move || commit_loop(commit_rx, failed, metrics, sync_spacing))
-            .expect("spawn the journal sync thread")
     };
     let mut batch: Vec<Job> = Vec::with_capacity(BATCH_MAX);
     let mut synced_after_failure = false;
@@ -542,6 +590,9 @@ fn run(
         if commit_tx.send(closed).is_err() {
             tracing::error!("the journal sync thread is gone; stopping");
             break;
+        }
+        if this.node.is_stopped() {
+            this.metrics.journal_failed.store(1, Ordering::Relaxed);
         }
         this.metrics.record_batch(
             jobs as u64,

@@ -48,7 +48,7 @@ pub fn start(
     interval: Duration,
     seed: u64,
     stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<()> {
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("price-sim".into())
         .spawn(move || {
@@ -76,7 +76,6 @@ pub fn start(
                 sleep_until(Instant::now() + interval, &stop);
             }
         })
-        .expect("spawn the price simulator")
 }
 
 /// Sleeps until `when`, waking every 50 ms to see whether to stop.
@@ -291,7 +290,7 @@ pub fn start_file(
     looping: bool,
     gap: Duration,
     stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<()> {
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("price-file".into())
         .spawn(move || {
@@ -332,7 +331,6 @@ pub fn start_file(
             }
             tracing::info!("the price file has been replayed to its end; no more prints");
         })
-        .expect("spawn the price file's replay")
 }
 
 #[cfg(test)]

@@ -48,6 +48,9 @@ pub struct Metrics {
     pub journal_lag_us: AtomicU64,
     pub journal_syncs: AtomicU64,
     pub journal_sync_us: AtomicU64,
+    /// 1 once the journal has failed (a full disk, an I/O error): the
+    /// venue answers reads and refuses every write until a restart.
+    pub journal_failed: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -66,6 +69,7 @@ impl Default for Metrics {
             journal_lag_us: AtomicU64::new(0),
             journal_syncs: AtomicU64::new(0),
             journal_sync_us: AtomicU64::new(0),
+            journal_failed: AtomicU64::new(0),
         }
     }
 }
@@ -186,6 +190,11 @@ impl Metrics {
                 "updown_journal_sync_us_total",
                 "counter",
                 self.journal_sync_us.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_journal_failed",
+                "gauge",
+                self.journal_failed.load(Ordering::Relaxed),
             ),
             (
                 "updown_rate_limited_total",

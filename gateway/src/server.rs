@@ -46,6 +46,16 @@ pub enum StartError {
         addr: SocketAddr,
         error: std::io::Error,
     },
+    #[error("cannot start the {what} thread: {error} (is a limit on processes or threads too low, such as ulimit -u or a cgroup's pids.max?)")]
+    Thread {
+        what: &'static str,
+        error: std::io::Error,
+    },
+}
+
+/// A thread the system would not start, as a start's error.
+fn thread(what: &'static str) -> impl FnOnce(std::io::Error) -> StartError {
+    move |error| StartError::Thread { what, error }
 }
 
 impl From<replay::NodeError> for StartError {
@@ -380,8 +390,10 @@ impl Server {
         let (ws, events, publisher) = crate::ws::start(crate::ws::WsSettings {
             queue_capacity: config.ws_queue_capacity,
             ping_interval: Duration::from_millis(config.ws_ping_interval_ms),
-        });
-        let engine = Engine::start(node, settings, metrics, failures, events);
+        })
+        .map_err(thread("websocket publisher"))?;
+        let engine = Engine::start(node, settings, metrics, failures, events)
+            .map_err(thread("sequencer"))?;
         let submitter = engine.submitter.clone();
 
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -389,10 +401,7 @@ impl Server {
             .thread_name("gateway")
             .enable_all()
             .build()
-            .map_err(|error| StartError::DataDir {
-                path: config.data_dir.clone(),
-                error,
-            })?;
+            .map_err(thread("gateway runtime"))?;
 
         if venue_changes {
             let reply = runtime.block_on(submitter.internal(Command::Configure(venue.clone())));
@@ -447,16 +456,19 @@ impl Server {
                 looping = config.price_file_loop,
                 "replaying recorded prints instead of the price simulator"
             );
-            Some(crate::feed::start_file(
-                submitter.clone(),
-                prints,
-                config.price_file_speed,
-                config.price_file_loop,
-                Duration::from_millis(config.price_interval_ms),
-                feed_stop.clone(),
-            ))
-        } else {
-            config.price_simulator.then(|| {
+            Some(
+                crate::feed::start_file(
+                    submitter.clone(),
+                    prints,
+                    config.price_file_speed,
+                    config.price_file_loop,
+                    Duration::from_millis(config.price_interval_ms),
+                    feed_stop.clone(),
+                )
+                .map_err(thread("price file"))?,
+            )
+        } else if config.price_simulator {
+            Some(
                 crate::feed::start(
                     submitter.clone(),
                     simulated,
@@ -466,7 +478,10 @@ impl Server {
                     config.price_seed ^ journal_seq.wrapping_mul(0x9E37_79B9_7F4A_7C15),
                     feed_stop.clone(),
                 )
-            })
+                .map_err(thread("price simulator"))?,
+            )
+        } else {
+            None
         };
 
         let app = Arc::new(App {
@@ -548,6 +563,23 @@ impl Server {
     /// the sequencer, sync the journal and write a snapshot.
     pub fn stop(mut self) {
         self.stop_inner();
+    }
+
+    /// Whether the sequencer thread has ended without being asked to (a
+    /// bug): nothing can be done through the venue any more, reads
+    /// included.
+    pub fn sequencer_died(&self) -> bool {
+        self.engine.died()
+    }
+
+    /// Whether the journal has failed (a full disk, an I/O error): reads
+    /// are answered, every write refused, until a restart.
+    pub fn journal_failed(&self) -> bool {
+        self.submitter
+            .metrics
+            .journal_failed
+            .load(Ordering::Relaxed)
+            != 0
     }
 
     fn stop_inner(&mut self) {

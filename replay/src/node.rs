@@ -135,7 +135,7 @@ struct HistoryFeed {
 }
 
 impl HistoryFeed {
-    fn start(store: Arc<History>) -> HistoryFeed {
+    fn start(store: Arc<History>) -> std::io::Result<HistoryFeed> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Vec<Event>)>(HISTORY_QUEUE);
         let writer = store.clone();
         let worker = std::thread::Builder::new()
@@ -147,19 +147,22 @@ impl HistoryFeed {
                         // from it at the next start (no snapshot past the
                         // last sync is used). Until then reads past the
                         // tail and snapshots refuse.
-                        eprintln!("history store: {e}; writes stop here until a restart");
+                        tracing::error!(
+                            error = %e,
+                            "history store: writes stop here until a restart (reads past the history tail answer 503; the store is rebuilt from the journal at the next start)"
+                        );
                         writer.fail();
                         return;
                     }
                     writer.mark_written(seq);
                 }
             })
-            .expect("spawn the history writer");
-        HistoryFeed {
+            ?;
+        Ok(HistoryFeed {
             store,
             tx: Some(tx),
             worker: Some(worker),
-        }
+        })
     }
 
     /// Hands what the store keeps among `events` (of command `seq`) to the
@@ -258,12 +261,14 @@ impl Node {
         // A snapshot holds the live state only: it may start the node only
         // if the history store holds everything evicted before it.
         let history = match &config.history_dir {
-            Some(dir) => Some(HistoryFeed::start(Arc::new(History::open(dir).map_err(
-                |source| NodeError::History {
+            Some(dir) => {
+                let history = |source| NodeError::History {
                     path: dir.clone(),
                     source,
-                },
-            )?))),
+                };
+                let store = History::open(dir).map_err(history)?;
+                Some(HistoryFeed::start(Arc::new(store)).map_err(history)?)
+            }
             None => None,
         };
         let snapshot_max = history.as_ref().map_or(u64::MAX, |f| f.store.synced());

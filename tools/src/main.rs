@@ -187,11 +187,27 @@ fn serve(args: ServeArgs) -> Result<()> {
     if args.demo {
         demo(&server, &config, say)?;
     }
+    let mut died = false;
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(std::time::Duration::from_millis(100));
+        if server.sequencer_died() {
+            // Every request would be answered 503 for good: better a
+            // process that ends, for its supervisor to see and restart.
+            tracing::error!("the sequencer thread ended unexpectedly; stopping the venue");
+            died = true;
+            break;
+        }
     }
     say.line("shutting down: finishing requests in flight and flushing the journal");
+    let journal_failed = server.journal_failed();
     server.stop();
+    if died {
+        bail!("the sequencer thread ended unexpectedly (see the log above); a restart replays the journal");
+    }
+    if journal_failed {
+        // Not a clean run, for whoever supervises the process.
+        bail!("the journal failed while the venue ran (see the log above) and writes were refused from then on; nothing acknowledged is lost: fix the cause (disk space, the disk) and start again");
+    }
     say.line("stopped");
     Ok(())
 }

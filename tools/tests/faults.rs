@@ -850,11 +850,23 @@ fn a_full_disk_stops_orders_with_503_and_damages_nothing() {
         .iter()
         .map(|key| account_view(&mut http, key))
         .collect();
-    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
+    // The operator's signals: a gauge to alert on, and an exit that is not
+    // a clean one for the supervisor.
+    let metrics = http.send("GET", "/metrics", &[], None).text;
+    assert!(
+        metrics.lines().any(|l| l == "updown_journal_failed 1"),
+        "{metrics}"
+    );
+    let status = serve.sigterm();
+    assert_eq!(status.code(), Some(2), "{}", serve.stderr.text());
     let stderr = serve.stderr.text();
     assert!(
         stderr.contains("no space left"),
         "the log says why: {stderr}"
+    );
+    assert!(
+        stderr.contains("the journal failed while the venue ran"),
+        "{stderr}"
     );
 
     // Nothing written was damaged; the state is what the journal says.

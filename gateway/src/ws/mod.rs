@@ -95,7 +95,7 @@ pub struct Publisher {
 
 /// Starts the publisher thread; returns the hub for the handlers and the
 /// sink to give the sequencer thread.
-pub fn start(settings: WsSettings) -> (Arc<Hub>, EventSink, Publisher) {
+pub fn start(settings: WsSettings) -> std::io::Result<(Arc<Hub>, EventSink, Publisher)> {
     let bell = Doorbell::new();
     let (input_tx, input_rx) = bell.bounded::<Input>(INPUT_BATCHES_MAX);
     // Unbounded, but each connection has at most one command in flight and
@@ -105,8 +105,7 @@ pub fn start(settings: WsSettings) -> (Arc<Hub>, EventSink, Publisher) {
     let thread_stats = stats.clone();
     let handle = std::thread::Builder::new()
         .name("ws-publisher".into())
-        .spawn(move || publisher::run(bell, input_rx, control_rx, thread_stats))
-        .expect("spawn the websocket publisher thread");
+        .spawn(move || publisher::run(bell, input_rx, control_rx, thread_stats))?;
     let (shutdown, _) = watch::channel(false);
     let hub = Arc::new(Hub {
         control: control_tx,
@@ -116,7 +115,7 @@ pub fn start(settings: WsSettings) -> (Arc<Hub>, EventSink, Publisher) {
         next_conn: AtomicU64::new(1),
         shutdown,
     });
-    (hub, sink(input_tx, stats), Publisher { handle })
+    Ok((hub, sink(input_tx, stats), Publisher { handle }))
 }
 
 /// Events the publisher uses; the rest (keys, account flags, pauses) stay
@@ -264,7 +263,8 @@ mod tests {
         let (hub, _sink, _publisher) = start(WsSettings {
             queue_capacity: 16,
             ping_interval: Duration::from_secs(10),
-        });
+        })
+        .expect("the publisher thread starts");
         let host = |i: u16| -> IpAddr { format!("2001:db8:7:1::{i:x}").parse().unwrap() };
         let slots: Vec<Slot> = (0..WS_CONNECTIONS_PER_IP as u16)
             .map(|i| hub.acquire(host(i)).expect("a place"))
