@@ -153,26 +153,40 @@ fn admin_token(data_dir: &Path) -> Result<String, StartError> {
             Ok(token.trim().to_string())
         }
         _ => {
-            use std::io::Write;
             let token = random_token(40);
-            // A new file under a temporary name, made 0600 from the start,
-            // renamed over whatever empty or unreadable file was there.
-            let temporary = path.with_extension("token.tmp");
-            let _ = std::fs::remove_file(&temporary);
-            let mut options = std::fs::OpenOptions::new();
-            options.write(true).create_new(true);
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::OpenOptionsExt;
-                options.mode(0o600);
-            }
-            let mut file = options.open(&temporary).map_err(io)?;
-            file.write_all(token.as_bytes()).map_err(io)?;
-            file.sync_all().map_err(io)?;
-            std::fs::rename(&temporary, &path).map_err(io)?;
+            // Made 0600 from the start, renamed over whatever empty or
+            // unreadable file was there.
+            write_whole(&path, &token, 0o600).map_err(io)?;
             Ok(token)
         }
     }
+}
+
+/// Writes `text` to `path` whole or not at all: into a new file under a
+/// temporary name (with `mode`), synced, then renamed over `path`; the
+/// temporary file is removed when any step fails (a full disk).
+fn write_whole(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    let temporary = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&temporary);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(mode);
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    let written = options.open(&temporary).and_then(|mut file| {
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
 }
 
 impl Server {
@@ -535,7 +549,19 @@ impl Server {
             "admin_listen": admin_addr.to_string(),
             "pid": std::process::id(),
         });
-        let _ = std::fs::write(server_file_path(&config.data_dir), server_file.to_string());
+        // Where the admin CLI finds the venue: written whole or not at all
+        // (a full disk left it empty, and every `updown admin` failed on
+        // it without a word from the server).
+        if let Err(e) = write_whole(
+            &server_file_path(&config.data_dir),
+            &server_file.to_string(),
+            0o644,
+        ) {
+            tracing::warn!(
+                error = %e,
+                "server.json could not be written: `updown admin` will not find this venue"
+            );
+        }
         Ok(Server {
             addr,
             admin_addr,

@@ -117,7 +117,7 @@ struct Active {
 }
 
 /// The single writer of a journal. Only one may exist per directory at a
-/// time: it holds `LOCK` (see `_lock`), so a second one is refused.
+/// time: it holds `LOCK` (see `lock`), so a second one is refused.
 ///
 /// Dropping it does not flush: appended records stay in the kernel's page
 /// cache, which survives the process but not a power loss. `close` or `sync`
@@ -149,7 +149,7 @@ pub struct Journal {
     /// second writer on the same journal (a second `updown serve` on the
     /// same data directory) would cut, overwrite and delete under the
     /// first. Released by the kernel when the process ends, however.
-    _lock: File,
+    lock: File,
 }
 
 /// Syncs made and the time they took.
@@ -411,7 +411,7 @@ impl Journal {
             deferred: false,
             preparing: None,
             syncs: SyncCount::default(),
-            _lock: lock,
+            lock,
         };
         let mut journal = journal;
         journal.prepare_next(None);
@@ -538,6 +538,7 @@ impl Journal {
         if !due {
             return Ok(None);
         }
+        self.still_in_place()?;
         self.last_flush = Instant::now();
         let unsynced = self.active.as_mut().is_some_and(|a| {
             let unsynced = a.pos > a.synced;
@@ -555,7 +556,29 @@ impl Journal {
         if self.poisoned {
             return Err(JournalError::Poisoned);
         }
+        self.still_in_place()?;
         Ok(self.point())
+    }
+
+    /// Refuses (and stops the journal) once its directory was removed
+    /// while open: the writer would go on into files that no longer have a
+    /// name, lost at exit, while another venue may be started on the same
+    /// path and have this one's snapshots written into its directory (a
+    /// resource trial, twelfth session). Checked where the records are
+    /// made durable and at rolls: a `fstat` beside a sync.
+    fn still_in_place(&mut self) -> Result<(), JournalError> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            if self.lock.metadata().is_ok_and(|m| m.nlink() == 0) {
+                self.poisoned = true;
+                return Err(JournalError::Invalid(format!(
+                    "the journal {} was removed while the venue ran (its {LOCK_FILE} file has no name any more): writes stop here; what was written since is only in the files this process holds open",
+                    self.dir.display()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// A point at the end of the active segment; the next flush must not
@@ -628,6 +651,7 @@ impl Journal {
     /// whose sync may still be in flight. The file's length and blocks were
     /// made durable when the segment was created.
     fn flush(&mut self) -> Result<(), JournalError> {
+        self.still_in_place()?;
         if let Some(a) = self.active.as_mut() {
             if a.pos > a.synced || self.deferred {
                 if let Err(e) = self.syncs.sync(&a.file) {
@@ -650,6 +674,7 @@ impl Journal {
     /// exists keeps a simple invariant for recovery: only the last segment can
     /// ever have a torn tail.
     fn roll(&mut self, first_seq: u64) -> Result<(), JournalError> {
+        self.still_in_place()?;
         // The sealed segment's mapping, unmapped on the next preparing thread:
         // tearing down 64 MiB of populated pages took 3-4 ms of the appending
         // thread at every roll.
@@ -1000,6 +1025,28 @@ mod tests {
         let mut j = open(dir.path(), Durability::GroupCommit);
         j.append(seq, 1, b"on").unwrap();
         j.commit().unwrap();
+    }
+
+    /// A journal whose directory was removed under it stops at its next
+    /// sync, and stays stopped: a new directory on the same path (another
+    /// venue's) is never written by it.
+    #[test]
+    fn a_journal_removed_while_open_stops_at_its_next_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let mut j = open(&path, Durability::GroupCommit);
+        j.append(1, 1, b"kept").unwrap();
+        j.commit().unwrap();
+        j.append(2, 1, b"after").unwrap();
+        std::fs::remove_dir_all(&path).unwrap();
+        let other = open(&path, Durability::GroupCommit);
+        let error = j.commit().unwrap_err().to_string();
+        assert!(error.contains("was removed while the venue ran"), "{error}");
+        assert!(matches!(j.sync_point(), Err(JournalError::Poisoned)));
+        assert!(matches!(j.append(3, 1, b"no"), Err(JournalError::Poisoned)));
+        drop(j);
+        drop(other);
+        assert_eq!(crate::scan::verify(&path).unwrap().last_seq, None);
     }
 
     #[test]

@@ -142,8 +142,14 @@ pub struct Client {
 
 impl Client {
     pub fn new(addr: String, token: String) -> Self {
+        // Bounded waits: an operator's command against a venue that does
+        // not answer (its descriptors all taken, say) ends with an error
+        // instead of hanging. The venue waits up to 30 s for an admin
+        // command's journaling; a minute covers that.
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .timeout_connect(Some(std::time::Duration::from_secs(10)))
+            .timeout_global(Some(std::time::Duration::from_secs(60)))
             .build()
             .into();
         Self {
