@@ -894,12 +894,22 @@ impl Loop {
                 self.rate_limit(key)?;
             }
         }
+        let places = matches!(command, Command::PlaceOrder { .. });
+        let was_stopped = self.node.is_stopped();
         let ts = self.stamp();
         match self.node.submit(ts, command) {
             Ok((_, reply)) => steps.finish(self.node.state(), reply),
             Err(e) => {
-                tracing::error!(error = %e, "journal append failed");
-                Err(ApiError::unavailable("The exchange cannot record orders right now; retry with the same client_order_id."))
+                // Said once, when it happens: every later write meets the
+                // stopped journal too.
+                if !was_stopped {
+                    tracing::error!(error = %e, "journal append failed");
+                }
+                Err(ApiError::unavailable(if places {
+                    "The exchange cannot record orders right now; retry with the same client_order_id."
+                } else {
+                    "The exchange cannot record changes right now; retry later."
+                }))
             }
         }
     }

@@ -838,13 +838,19 @@ fn a_full_disk_stops_orders_with_503_and_damages_nothing() {
     );
     // Stopped for writes, whatever they are; reads still answer.
     let mut http = serve.api();
-    http.call(
-        "DELETE",
-        &format!("/portfolio/orders/{}", written.orders[0].0),
-        Some(&written.keys[0]),
-        None,
-    )
-    .err(503, "EXCHANGE_UNAVAILABLE");
+    // (A cancel has no client_order_id to retry with: not named.)
+    let message = http
+        .call(
+            "DELETE",
+            &format!("/portfolio/orders/{}", written.orders[0].0),
+            Some(&written.keys[0]),
+            None,
+        )
+        .err(503, "EXCHANGE_UNAVAILABLE");
+    assert_eq!(
+        message,
+        "The exchange cannot record changes right now; retry later."
+    );
     let before: Vec<Value> = written
         .keys
         .iter()
