@@ -97,10 +97,10 @@ fn snapshots_past(
             });
         }
         let stale = path.with_extension("snap.stale");
-        std::fs::rename(&path, &stale).map_err(|source| {
+        std::fs::rename(&path, &stale).map_err(|error| {
             NodeError::Snapshot(snapshot::SnapshotError::Io {
                 path: path.clone(),
-                source,
+                error,
             })
         })?;
         set_aside.push(stale);
@@ -111,10 +111,10 @@ fn snapshots_past(
         // would be taken for the state at that seq.
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(|source| {
+            .map_err(|error| {
                 NodeError::Snapshot(snapshot::SnapshotError::Io {
                     path: dir.to_path_buf(),
-                    source,
+                    error,
                 })
             })?;
     }
@@ -678,16 +678,27 @@ fn child_write(parent: libc::pid_t, dir: &std::path::Path, state: &mut State) ->
         }
     }
     let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        snapshot::write_temporary(dir, state, snapshot::SECTION_ITEMS).is_ok()
+        snapshot::write_temporary(dir, state, snapshot::SECTION_ITEMS)
     }));
+    // The system's error number rides in the exit code, for the parent to
+    // name the cause (a full disk, a directory it may not write).
     let code = match written {
-        Ok(true) => 0,
-        Ok(false) => 1,
+        Ok(Ok(_)) => 0,
+        Ok(Err(snapshot::SnapshotError::Io { error, .. })) => error
+            .raw_os_error()
+            .filter(|n| (1..=WRITER_ERRNO_MAX).contains(n))
+            .map_or(1, |n| WRITER_ERRNO_BASE + n),
+        Ok(Err(_)) => 1,
         Err(_) => 2,
     };
     // SAFETY: see above.
     unsafe { libc::_exit(code) }
 }
+
+/// A forked writer's exit code for the system error `n` (up to
+/// `WRITER_ERRNO_MAX`) is `WRITER_ERRNO_BASE + n`.
+const WRITER_ERRNO_BASE: i32 = 10;
+const WRITER_ERRNO_MAX: i32 = 200;
 
 /// Longest a forked writer may take before it is killed (a snapshot of
 /// gigabytes takes seconds; a writer stuck for good must not hold up the
@@ -730,12 +741,25 @@ fn wait_writer(pid: libc::pid_t, limit: Duration) -> Result<(), String> {
             0 => Ok(()),
             1 => Err("the writer process could not write or sync the file".into()),
             2 => Err("the writer process failed while encoding".into()),
+            code if (WRITER_ERRNO_BASE + 1..=WRITER_ERRNO_BASE + WRITER_ERRNO_MAX)
+                .contains(&code) =>
+            {
+                Err(format!(
+                    "the writer process could not write or sync the file: {}",
+                    std::io::Error::from_raw_os_error(code - WRITER_ERRNO_BASE)
+                ))
+            }
             code => Err(format!("the writer process exited with {code}")),
         }
     } else if libc::WIFSIGNALED(status) {
+        let signal = libc::WTERMSIG(status);
         Err(format!(
-            "the writer process was killed by signal {}",
-            libc::WTERMSIG(status)
+            "the writer process was killed by signal {signal}{}",
+            if signal == libc::SIGKILL {
+                " (the out-of-memory killer takes it first, or an operator)"
+            } else {
+                ""
+            }
         ))
     } else {
         Err(format!("the writer process ended with status {status}"))
@@ -791,13 +815,25 @@ mod writer_tests {
         assert_eq!(why, "the writer process failed while encoding");
         let why = wait_writer(child(0, 7), WRITER_MAX).unwrap_err();
         assert_eq!(why, "the writer process exited with 7");
+        // A system error rides in the code, and is named.
+        let why = wait_writer(child(0, WRITER_ERRNO_BASE + libc::ENOSPC), WRITER_MAX).unwrap_err();
+        assert_eq!(
+            why,
+            format!(
+                "the writer process could not write or sync the file: {}",
+                std::io::Error::from_raw_os_error(libc::ENOSPC)
+            )
+        );
         let pid = child(60, 0);
         // SAFETY: our child, not reaped yet.
         unsafe { libc::kill(pid, libc::SIGKILL) };
         let why = wait_writer(pid, WRITER_MAX).unwrap_err();
         assert_eq!(
             why,
-            format!("the writer process was killed by signal {}", libc::SIGKILL)
+            format!(
+                "the writer process was killed by signal {} (the out-of-memory killer takes it first, or an operator)",
+                libc::SIGKILL
+            )
         );
     }
 

@@ -51,10 +51,12 @@ const SECTION_HEAD: usize = 16;
 /// Errors of snapshot files.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    #[error("snapshot {path}: {source}")]
+    /// The I/O error is in the message, not a source too (the CLI prints
+    /// sources after the message: it was said twice).
+    #[error("snapshot {path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("snapshot {path} is damaged: {reason}")]
     Damaged { path: PathBuf, reason: String },
@@ -85,7 +87,7 @@ pub fn write(dir: &Path, state: &mut State) -> Result<PathBuf, SnapshotError> {
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError {
     let path = path.to_path_buf();
-    move |source| SnapshotError::Io { path, source }
+    move |error| SnapshotError::Io { path, error }
 }
 
 /// Where a snapshot of `seq` is written before it is renamed into place.
@@ -144,9 +146,9 @@ pub(crate) fn write_temporary(
     let file = fs::File::create(&temporary).map_err(io(&temporary))?;
     let written = write_file(file, state, per_section, WRITE_BUFFER)
         .map_err(|e| match e {
-            Failure::Io(source) => SnapshotError::Io {
+            Failure::Io(error) => SnapshotError::Io {
                 path: temporary.clone(),
-                source,
+                error,
             },
             Failure::Snapshot(e) => e,
         })
@@ -298,9 +300,9 @@ pub fn load(path: &Path) -> Result<State, SnapshotError> {
         path: path.to_path_buf(),
         reason,
     };
-    let io = |source| SnapshotError::Io {
+    let io = |error| SnapshotError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let file = fs::File::open(path).map_err(io)?;
     let file_len = file.metadata().map_err(io)?.len();
