@@ -282,12 +282,21 @@ impl ServerConfig {
                 self.http_idle_timeout_secs
             ));
         }
-        if !(self.price_file_speed.is_finite() && self.price_file_speed > 0.0) {
+        if !(1e-3..=1e6).contains(&self.price_file_speed) {
             return Err(format!(
-                "price_file_speed must be a positive number, not {}",
+                "price_file_speed must be from 0.001 to 1000000, not {}",
                 self.price_file_speed
             ));
         }
+        // The sequencer refuses it too, but only once the first
+        // configuration is journaled.
+        at_least("account_risk_cap_usd", self.account_risk_cap_usd, 1, "")?;
+        at_most(
+            "account_risk_cap_usd",
+            self.account_risk_cap_usd,
+            (sequencer::limits::MONEY_CENTS_MAX / 100) as u64,
+            "",
+        )?;
         at_least(
             "history_tail_secs",
             self.history_tail_secs,

@@ -21,16 +21,21 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
 /// Descriptors kept for the venue itself, out of the process's limit,
-/// whatever the clients hold: journal segments and the directory syncs of
-/// a roll, snapshot and history files, the admin listener and its
-/// connections, the runtime's own. A flood that took them all failed a
-/// segment roll with EMFILE, and the journal, failed, took no more writes
-/// until a restart (a resource trial, twelfth session).
+/// whatever the public clients hold: journal segments and the directory
+/// syncs of a roll, snapshot and history files, the admin listener and
+/// its connections (at most [`ADMIN_CONNECTIONS_MAX`]), the runtime's own.
+/// A flood that took them all failed a segment roll with EMFILE, and the
+/// journal, failed, took no more writes until a restart (a resource trial,
+/// twelfth session). A quarter of the limit when that is less.
 pub const DESCRIPTORS_RESERVED: u64 = 256;
 
-/// The cap on open client connections for a wanted `total`: the soft limit
-/// on open descriptors is raised to the hard one first, and the cap is
-/// lowered, with a warning, to leave [`DESCRIPTORS_RESERVED`] of it.
+/// Open connections to the admin listener (an operator's tools, loopback
+/// by default), inside the reserve.
+pub const ADMIN_CONNECTIONS_MAX: usize = 64;
+
+/// The cap on open public connections for a wanted `total`: the soft limit
+/// on open descriptors is raised as far as the system allows first, and
+/// the cap is lowered, with a warning, to leave the reserve.
 pub fn total_within_descriptor_limit(total: usize) -> usize {
     #[cfg(unix)]
     {
@@ -43,25 +48,32 @@ pub fn total_within_descriptor_limit(total: usize) -> usize {
             if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
                 return total;
             }
-            if limit.rlim_cur < limit.rlim_max {
+            // The hard limit, or where that is refused (an unlimited hard
+            // limit, which macOS does not take for descriptors), steps
+            // down from it.
+            let mut want = limit.rlim_max;
+            while limit.rlim_cur < want {
                 let raised = libc::rlimit {
-                    rlim_cur: limit.rlim_max,
+                    rlim_cur: want,
                     rlim_max: limit.rlim_max,
                 };
                 if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
                     limit = raised;
+                    break;
                 }
+                want = want.min(1 << 21) / 2;
             }
         }
         if limit.rlim_cur == libc::RLIM_INFINITY {
             return total;
         }
-        let room = limit.rlim_cur.saturating_sub(DESCRIPTORS_RESERVED).max(1);
+        let reserved = DESCRIPTORS_RESERVED.min(limit.rlim_cur / 4);
+        let room = (limit.rlim_cur - reserved).max(1);
         if total as u64 > room {
             tracing::warn!(
                 http_connections_max = total,
                 descriptor_limit = limit.rlim_cur,
-                reserved = DESCRIPTORS_RESERVED,
+                reserved,
                 cap = room,
                 "http_connections_max is over what the process's descriptor limit leaves after the venue's own: connections are capped lower (raise the limit, e.g. LimitNOFILE or ulimit -n, to have more)"
             );

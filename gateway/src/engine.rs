@@ -624,6 +624,9 @@ fn run(
     if let Err(e) = node.sync() {
         tracing::error!(error = %e, "journal sync at shutdown failed");
     }
+    if node.is_stopped() {
+        metrics.journal_failed.store(1, Ordering::Relaxed);
+    }
     if let Err(e) = node.snapshot() {
         tracing::warn!(error = %e, "snapshot at shutdown failed");
     }
@@ -712,6 +715,7 @@ fn commit_loop(
                     .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
                 if let Err(e) = synced {
                     tracing::error!(error = %e, seq = point.seq(), "journal sync failed");
+                    metrics.journal_failed.store(1, Ordering::Relaxed);
                     let _ = failed.set(e.to_string());
                     durable = false;
                     break;

@@ -124,6 +124,7 @@ impl Prints {
     ///
     /// Blank lines and lines starting with `#` are passed over.
     pub fn parse(text: &str) -> Result<Prints, String> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut symbols: Vec<String> = Vec::new();
         let mut prints = Vec::new();
         let mut header_allowed = true;
@@ -259,6 +260,9 @@ impl Iterator for Schedule<'_> {
 
     fn next(&mut self) -> Option<(f64, Print)> {
         let all = &self.prints.prints;
+        if all.is_empty() {
+            return None;
+        }
         if self.next == all.len() {
             if !self.looping {
                 return None;
@@ -313,8 +317,9 @@ pub fn start_file(
                     price_e8: print.price_e8,
                     t_ms: last_t_ms,
                 };
-                // Waited for, not dropped when the queue is full: a
-                // recording is replayed whole.
+                // Waited for (up to the request timeout for room in the
+                // queue), not dropped at once when it is full as a
+                // simulated print is.
                 match runtime.block_on(submitter.internal(command)) {
                     Ok(sequencer::Reply::Rejected(reject)) => tracing::warn!(
                         symbol = %symbol,

@@ -163,11 +163,14 @@ fn admin_token(data_dir: &Path) -> Result<String, StartError> {
 }
 
 /// Writes `text` to `path` whole or not at all: into a new file under a
-/// temporary name (with `mode`), synced, then renamed over `path`; the
-/// temporary file is removed when any step fails (a full disk).
+/// temporary name of this process (with `mode`), synced, then renamed over
+/// `path`; the temporary file is removed when any step fails (a full
+/// disk).
 fn write_whole(path: &Path, text: &str, mode: u32) -> std::io::Result<()> {
     use std::io::Write;
-    let temporary = path.with_extension("tmp");
+    // Of this process: two starts at once on one new directory do not
+    // write or rename each other's file.
+    let temporary = path.with_extension(format!("tmp.{}", std::process::id()));
     let _ = std::fs::remove_file(&temporary);
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
@@ -537,7 +540,14 @@ impl Server {
                     shutdown.clone(),
                 )),
                 tokio::spawn(serve(
-                    crate::conns::Guarded::new(private, limits),
+                    crate::conns::Guarded::new(
+                        private,
+                        crate::conns::Limits {
+                            per_address: crate::conns::ADMIN_CONNECTIONS_MAX,
+                            total: crate::conns::ADMIN_CONNECTIONS_MAX,
+                            ..limits
+                        },
+                    ),
                     admin::router(admin),
                     shutdown.clone(),
                 )),
@@ -598,14 +608,11 @@ impl Server {
         self.engine.died()
     }
 
-    /// Whether the journal has failed (a full disk, an I/O error): reads
-    /// are answered, every write refused, until a restart.
-    pub fn journal_failed(&self) -> bool {
-        self.submitter
-            .metrics
-            .journal_failed
-            .load(Ordering::Relaxed)
-            != 0
+    /// The venue's metrics; after `stop`, `journal_failed` says whether
+    /// the journal failed at any time (a full disk, an I/O error), its
+    /// last sync at shutdown included.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.submitter.metrics.clone()
     }
 
     fn stop_inner(&mut self) {

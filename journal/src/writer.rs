@@ -566,14 +566,26 @@ impl Journal {
     /// path and have this one's snapshots written into its directory (a
     /// resource trial, twelfth session). Checked where the records are
     /// made durable and at rolls: a `fstat` beside a sync.
+    ///
+    /// The file at `dir/LOCK` must still be the one this writer locked
+    /// (same device and inode): a removed, moved or replaced directory
+    /// fails it. A `stat` that fails otherwise (not "not found") is let
+    /// pass.
     fn still_in_place(&mut self) -> Result<(), JournalError> {
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt;
-            if self.lock.metadata().is_ok_and(|m| m.nlink() == 0) {
+            let held = self.lock.metadata().map(|m| (m.dev(), m.ino()));
+            let named = std::fs::metadata(self.dir.join(LOCK_FILE)).map(|m| (m.dev(), m.ino()));
+            let moved = match (held, named) {
+                (Ok(held), Ok(named)) => held != named,
+                (_, Err(e)) => e.kind() == std::io::ErrorKind::NotFound,
+                (Err(_), _) => false,
+            };
+            if moved {
                 self.poisoned = true;
                 return Err(JournalError::Invalid(format!(
-                    "the journal {} was removed while the venue ran (its {LOCK_FILE} file has no name any more): writes stop here; what was written since is only in the files this process holds open",
+                    "the journal {} was removed or moved while the venue ran (its {LOCK_FILE} file is not there any more): writes stop here; what was written since is only in the files this process holds open",
                     self.dir.display()
                 )));
             }
@@ -1041,12 +1053,28 @@ mod tests {
         std::fs::remove_dir_all(&path).unwrap();
         let other = open(&path, Durability::GroupCommit);
         let error = j.commit().unwrap_err().to_string();
-        assert!(error.contains("was removed while the venue ran"), "{error}");
+        assert!(
+            error.contains("was removed or moved while the venue ran"),
+            "{error}"
+        );
         assert!(matches!(j.sync_point(), Err(JournalError::Poisoned)));
         assert!(matches!(j.append(3, 1, b"no"), Err(JournalError::Poisoned)));
         drop(j);
         drop(other);
         assert_eq!(crate::scan::verify(&path).unwrap().last_seq, None);
+    }
+
+    /// Moved aside, it stops too (the name now leads elsewhere).
+    #[test]
+    fn a_journal_moved_while_open_stops_at_its_next_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let mut j = open(&path, Durability::GroupCommit);
+        j.append(1, 1, b"kept").unwrap();
+        j.commit().unwrap();
+        std::fs::rename(&path, dir.path().join("moved")).unwrap();
+        let error = j.commit().unwrap_err().to_string();
+        assert!(error.contains("was removed or moved"), "{error}");
     }
 
     #[test]

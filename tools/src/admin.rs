@@ -180,7 +180,9 @@ impl Client {
     }
 
     fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Value> {
-        let mut response = response.context("the admin endpoint did not answer")?;
+        let mut response = response.context(
+            "the admin endpoint did not answer in time (a command sent may still be applied: look before sending it again)",
+        )?;
         let status = response.status();
         let body: Value = response.body_mut().read_json().unwrap_or(Value::Null);
         if !status.is_success() {

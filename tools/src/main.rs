@@ -199,8 +199,12 @@ fn serve(args: ServeArgs) -> Result<()> {
         }
     }
     say.line("shutting down: finishing requests in flight and flushing the journal");
-    let journal_failed = server.journal_failed();
+    let metrics = server.metrics();
     server.stop();
+    let journal_failed = metrics
+        .journal_failed
+        .load(std::sync::atomic::Ordering::Relaxed)
+        != 0;
     if died {
         bail!("the sequencer thread ended unexpectedly (see the log above); a restart replays the journal");
     }

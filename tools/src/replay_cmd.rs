@@ -853,7 +853,11 @@ pub fn snapshot_cmd(args: SnapshotArgs) -> Result<()> {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
     };
-    let venue_snapshots = journal.parent().map(|d| d.join("snapshots"));
+    let venue_snapshots = journal
+        .canonicalize()
+        .unwrap_or_else(|_| journal.clone())
+        .parent()
+        .map(|d| d.join("snapshots"));
     if venue_snapshots.is_some_and(|v| same(&v, &dir)) && journal::writer_running(&journal)? {
         bail!(
             "a venue is running on {}: a snapshot written into its snapshots now could hold records it has not made durable yet, and after a power loss it would refuse to start on it. The venue writes its own (every snapshot_every commands, and at shutdown); stop it first, or write this one elsewhere with --snapshots DIR",

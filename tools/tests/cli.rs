@@ -605,6 +605,14 @@ fn settings_out_of_range_are_refused_naming_them() {
         // after the first configuration was journaled.
         ("history_tail_secs = 0", "history_tail_secs must be at least 1"),
         (
+            "account_risk_cap_usd = 0",
+            "account_risk_cap_usd must be at least 1",
+        ),
+        (
+            "price_file_speed = 0.0",
+            "price_file_speed must be from 0.001 to 1000000",
+        ),
+        (
             "[[series]]\nticker = \"BTC_1m\"\nsymbol = \"X:BTCUSD\"\nwindow_minutes = 1",
             "series \"BTC_1m\": series ticker must match",
         ),
