@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
-use fastwebsockets::{Frame, OpCode, Payload};
+use fastwebsockets::{Frame, OpCode};
 use gateway::config::{DurabilityPolicy, SeriesEntry};
 use gateway::engine::Job;
 use gateway::{Server, ServerConfig};
@@ -436,14 +436,7 @@ async fn probe(
     expected: &BTreeMap<u8, i64>,
 ) -> Result<(), BenchError> {
     let mut ws = client::connect(addr, PROBE_SOURCE, "/v1/ws").await?;
-    let command = json!({
-        "id": 1,
-        "cmd": "subscribe",
-        "params": { "channels": [plan::KIND], "market_tickers": [ticker] },
-    })
-    .to_string();
-    ws.write_frame(Frame::text(Payload::Owned(command.into_bytes())))
-        .await?;
+    client::send_subscribe(&mut ws, ticker).await?;
     let mut book: Option<BTreeMap<u8, i64>> = None;
     while book.as_ref() != Some(expected) {
         let frame = ws.read_frame().await?;
