@@ -719,16 +719,30 @@ fn simulated_journal_every_subcommand() {
     assert_eq!(market["market"]["ticker"], ticker.as_str());
     assert_eq!(market["orderbook"], c.book.as_ref().unwrap().1["orderbook"]);
 
-    // snapshot: written offline, then used by replay.
+    // snapshot: refused into the snapshots of the journal's live writer
+    // (the node is still open); written into another directory, then used
+    // by replay.
     let target = *run.checkpoints.keys().rev().nth(1).unwrap();
-    let out = updown_ok(&[
+    let (ok, _, err) = updown(&[
         "snapshot",
         "--data-dir",
         d,
         "--until-seq",
         &target.to_string(),
     ]);
-    let path = data.join("snapshots").join(snapshot::file_name(target));
+    assert!(!ok && err.contains("a venue is running on"), "{err}");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let shots = p(elsewhere.path());
+    let out = updown_ok(&[
+        "snapshot",
+        "--data-dir",
+        d,
+        "--snapshots",
+        shots,
+        "--until-seq",
+        &target.to_string(),
+    ]);
+    let path = elsewhere.path().join(snapshot::file_name(target));
     assert!(
         out.contains(p(&path)) && out.contains(&format!("at seq {target}")),
         "{out}"
@@ -739,6 +753,8 @@ fn simulated_journal_every_subcommand() {
         "replay",
         "--data-dir",
         d,
+        "--snapshots",
+        shots,
         "--until-seq",
         &target.to_string(),
         "--json",
