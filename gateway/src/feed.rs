@@ -108,13 +108,19 @@ pub struct Prints {
 
 impl Prints {
     /// Reads `path` (see `parse`); errors name the file and the line.
+    /// A relative path is taken from the working directory, and named
+    /// whole.
     pub fn read(path: &Path) -> Result<Prints, String> {
-        let text = std::fs::read_to_string(path)
+        if path.as_os_str().is_empty() {
+            return Err("price_file is empty: name a file of prints".into());
+        }
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("price_file {}: {e}", path.display()))?;
         Prints::parse(&text).map_err(|e| format!("price_file {}: {e}", path.display()))
     }
 
-    /// One print a line, in time order, in either of two forms:
+    /// One print a line, each symbol's in time order, in either of two forms:
     /// - CSV `t_ms,symbol,price`, such as `1763856000000,X:BTCUSD,97123.45`
     ///   (a first line `t_ms,symbol,price` is a header);
     /// - a JSON object `{"symbol", "price", "t_ms"}` as the admin ingest
@@ -126,6 +132,8 @@ impl Prints {
     pub fn parse(text: &str) -> Result<Prints, String> {
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut symbols: Vec<String> = Vec::new();
+        // Each symbol's last time so far.
+        let mut last_of: Vec<u64> = Vec::new();
         let mut prints = Vec::new();
         let mut header_allowed = true;
         for (i, line) in text.lines().enumerate() {
@@ -134,7 +142,7 @@ impl Prints {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            if std::mem::take(&mut header_allowed) && line == "t_ms,symbol,price" {
+            if std::mem::take(&mut header_allowed) && is_header(line) {
                 continue;
             }
             let Some((t_ms, symbol, price)) = parse_line(line).map_err(at)? else {
@@ -150,20 +158,30 @@ impl Prints {
                     "price {price:?} must be a positive decimal such as 97123.45"
                 ))
             })?;
-            if let Some(last) = prints.last().map(|p: &Print| p.t_ms) {
-                if t_ms < last {
-                    return Err(at(format!(
-                        "t_ms {t_ms} is before the line above's {last}: prints must be in time order"
-                    )));
-                }
+            if t_ms > sequencer::limits::TS_MS_MAX {
+                return Err(at(format!(
+                    "t_ms {t_ms} is not a time in epoch milliseconds"
+                )));
             }
             let symbol = match symbols.iter().position(|s| *s == symbol) {
-                Some(n) => n as u32,
+                Some(n) => n,
                 None => {
                     symbols.push(symbol);
-                    symbols.len() as u32 - 1
+                    last_of.push(0);
+                    symbols.len() - 1
                 }
             };
+            // In time order per symbol, as the venue takes them; symbols
+            // may interleave out of order (a websocket recording opens
+            // with each symbol's current price, however old).
+            if t_ms < last_of[symbol] {
+                return Err(at(format!(
+                    "t_ms {t_ms} is before the {} print above it at {}: a symbol's prints must be in time order",
+                    symbols[symbol], last_of[symbol]
+                )));
+            }
+            last_of[symbol] = t_ms;
+            let symbol = symbol as u32;
             prints.push(Print {
                 t_ms,
                 symbol,
@@ -176,10 +194,41 @@ impl Prints {
         Ok(Prints { symbols, prints })
     }
 
-    /// Milliseconds from the first print to the last, as recorded.
-    pub fn span_ms(&self) -> u64 {
-        self.prints.last().map_or(0, |p| p.t_ms) - self.prints.first().map_or(0, |p| p.t_ms)
+    /// The earliest and the latest time of the file.
+    pub fn times(&self) -> (u64, u64) {
+        let earliest = self.prints.iter().map(|p| p.t_ms).min().unwrap_or(0);
+        let latest = self.prints.iter().map(|p| p.t_ms).max().unwrap_or(0);
+        (earliest, latest)
     }
+
+    /// Milliseconds from the earliest print to the latest, as recorded.
+    pub fn span_ms(&self) -> u64 {
+        let (earliest, latest) = self.times();
+        latest - earliest
+    }
+
+    /// The longest wait between two prints in file order (milliseconds),
+    /// and the line index of the print after it; for a warning at start.
+    pub fn longest_gap(&self) -> (u64, usize) {
+        let mut longest = (0, 0);
+        let mut latest = self.prints.first().map_or(0, |p| p.t_ms);
+        for (i, p) in self.prints.iter().enumerate() {
+            if p.t_ms.saturating_sub(latest) > longest.0 {
+                longest = (p.t_ms - latest, i);
+            }
+            latest = latest.max(p.t_ms);
+        }
+        longest
+    }
+}
+
+/// A CSV header line: the three names, any case, spaces allowed.
+fn is_header(line: &str) -> bool {
+    let names: Vec<String> = line
+        .split(',')
+        .map(|f| f.trim().to_ascii_lowercase())
+        .collect();
+    names == ["t_ms", "symbol", "price"]
 }
 
 /// One line's `(t_ms, symbol, price)`; `None` for a websocket message of
@@ -211,7 +260,16 @@ fn parse_line(line: &str) -> Result<Option<(u64, String, String)>, String> {
         };
         return Ok(Some((t_ms, symbol.to_string(), price)));
     }
-    let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    // Fields may be quoted, as spreadsheets export them.
+    let fields: Vec<&str> = line
+        .split(',')
+        .map(|f| {
+            let f = f.trim();
+            f.strip_prefix('"')
+                .and_then(|f| f.strip_suffix('"'))
+                .unwrap_or(f)
+        })
+        .collect();
     let [t_ms, symbol, price] = fields[..] else {
         return Err(format!(
             "{} fields where t_ms,symbol,price are three",
@@ -228,8 +286,11 @@ fn parse_line(line: &str) -> Result<Option<(u64, String, String)>, String> {
 /// replay, and which print, lap after lap: the file forward, then (when it
 /// loops) backward, then forward again, so that every symbol goes on from
 /// the price it is at, never jumping back to the file's first. A print is
-/// due `(its time - the lap's first time) / speed` after its lap starts; a
-/// lap starts `gap_ms` after the last one's last print.
+/// due `(its time - the file's earliest) / speed` after a forward lap
+/// starts, `(the latest - its time) / speed` after a backward one; a lap
+/// starts `gap_ms` after the last one's end. Prints go out in file order:
+/// one due before the print ahead of it (symbols interleaved out of time
+/// order) goes right after that one.
 pub struct Schedule<'a> {
     prints: &'a Prints,
     speed: f64,
@@ -271,13 +332,13 @@ impl Iterator for Schedule<'_> {
             self.lap_start_ms += self.prints.span_ms() as f64 / self.speed + self.gap_ms;
             self.next = 0;
         }
-        let (first, last) = (all[0].t_ms, all[all.len() - 1].t_ms);
+        let (earliest, latest) = self.prints.times();
         let (print, offset) = if self.lap.is_multiple_of(2) {
             let p = all[self.next];
-            (p, p.t_ms - first)
+            (p, p.t_ms - earliest)
         } else {
             let p = all[all.len() - 1 - self.next];
-            (p, last - p.t_ms)
+            (p, latest - p.t_ms)
         };
         self.next += 1;
         Some((self.lap_start_ms + offset as f64 / self.speed, print))
@@ -305,7 +366,16 @@ pub fn start_file(
             let started = Instant::now();
             let mut last_t_ms = 0;
             for (due_ms, print) in Schedule::new(&prints, speed, looping, gap.as_millis() as u64) {
-                sleep_until(started + Duration::from_secs_f64(due_ms / 1000.0), &stop);
+                let Some(due) = Duration::try_from_secs_f64(due_ms / 1000.0)
+                    .ok()
+                    .and_then(|d| started.checked_add(d))
+                else {
+                    tracing::warn!(
+                        "the next print of the price file is due too far ahead; no more prints"
+                    );
+                    return;
+                };
+                sleep_until(due, &stop);
                 if stop.load(Ordering::SeqCst) {
                     return;
                 }
@@ -394,8 +464,16 @@ mod tests {
                 "line 1: price \"-5\" must be a positive",
             ),
             (
-                "1000,X:BTCUSD,1\n999,X:BTCUSD,1\n",
-                "line 2: t_ms 999 is before the line above's 1000",
+                "1000,X:BTCUSD,1\n5,AAPL,1\n999,X:BTCUSD,1\n",
+                "line 3: t_ms 999 is before the X:BTCUSD print above it at 1000",
+            ),
+            (
+                "1e19,A,1\n",
+                "line 1: t_ms \"1e19\" must be epoch milliseconds",
+            ),
+            (
+                "10000000000000000000,A,1\n",
+                "line 1: t_ms 10000000000000000000 is not a time",
             ),
             (
                 "{\"symbol\":\"A\",\"price\":\"1\"}\n",
@@ -418,6 +496,25 @@ mod tests {
             let error = Prints::parse(text).unwrap_err();
             assert!(error.starts_with(says), "{text:?}: {error}");
         }
+    }
+
+    /// Symbols may interleave out of time order (a websocket recording
+    /// opens with each symbol's current price, however old); headers and
+    /// fields are taken as spreadsheets write them.
+    #[test]
+    fn symbols_interleave_and_spreadsheet_csv_is_read() {
+        let prints =
+            Prints::parse("T_MS, Symbol, Price\n1000,A,1\n400,B,2\n\"1200\",\"A\",\"3\"\n")
+                .unwrap();
+        assert_eq!(prints.times(), (400, 1200));
+        assert_eq!(prints.span_ms(), 800);
+        assert_eq!(prints.longest_gap(), (200, 2));
+        // In file order; the one due before the print ahead of it goes
+        // right after that one.
+        let due: Vec<f64> = Schedule::new(&prints, 1.0, false, 10)
+            .map(|(d, _)| d)
+            .collect();
+        assert_eq!(due, [600.0, 0.0, 800.0]);
     }
 
     fn sample() -> Prints {

@@ -849,16 +849,30 @@ pub fn snapshot_cmd(args: SnapshotArgs) -> Result<()> {
     // Into a running venue's own snapshots: it could hold records the venue
     // has not made durable yet, and after a power loss the venue would
     // find a snapshot past its journal and refuse to start.
-    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
+    // Compared as absolute paths with links resolved, as far as they exist
+    // (a venue makes its snapshots directory at its first snapshot).
+    let resolved = |p: &Path| -> PathBuf {
+        let absolute = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut missing = Vec::new();
+        let mut existing = absolute.as_path();
+        loop {
+            if let Ok(found) = existing.canonicalize() {
+                return missing
+                    .iter()
+                    .rev()
+                    .fold(found, |path, part| path.join(part));
+            }
+            match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    missing.push(name.to_os_string());
+                    existing = parent;
+                }
+                _ => return absolute,
+            }
+        }
     };
-    let venue_snapshots = journal
-        .canonicalize()
-        .unwrap_or_else(|_| journal.clone())
-        .parent()
-        .map(|d| d.join("snapshots"));
-    if venue_snapshots.is_some_and(|v| same(&v, &dir)) && journal::writer_running(&journal)? {
+    let venue_snapshots = resolved(&journal).parent().map(|d| d.join("snapshots"));
+    if venue_snapshots.is_some_and(|v| v == resolved(&dir)) && journal::writer_running(&journal)? {
         bail!(
             "a venue is running on {}: a snapshot written into its snapshots now could hold records it has not made durable yet, and after a power loss it would refuse to start on it. The venue writes its own (every snapshot_every commands, and at shutdown); stop it first, or write this one elsewhere with --snapshots DIR",
             journal.display()

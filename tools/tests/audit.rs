@@ -1202,6 +1202,21 @@ fn a_real_server_run_replays_to_what_rest_answered() {
     // could be past what the venue made durable); elsewhere it is made.
     let (ok, _, err) = updown(&["snapshot", "--data-dir", d]);
     assert!(!ok && err.contains("a venue is running on"), "{err}");
+    // Named relative to the working directory too, before the venue has
+    // made its snapshots directory.
+    assert!(!dir.path().join("snapshots").exists());
+    let relative = Command::new(BIN)
+        .current_dir(dir.path().parent().unwrap())
+        .args(["snapshot", "--data-dir"])
+        .arg(dir.path().file_name().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(relative.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&relative.stderr).contains("a venue is running on"),
+        "{}",
+        String::from_utf8_lossy(&relative.stderr)
+    );
     let elsewhere = dir.path().join("elsewhere");
     let shot = updown_ok(&[
         "snapshot",
