@@ -210,7 +210,11 @@ impl Server {
         let price_file = config
             .price_file
             .as_deref()
-            .map(crate::feed::Prints::read)
+            .map(|path| {
+                // (A file of millions of prints takes seconds.)
+                tracing::info!(file = %path.display(), "reading the price file");
+                crate::feed::Prints::read(path)
+            })
             .transpose()
             .map_err(StartError::Config)?;
         // The addresses are taken before the data directory is made or
