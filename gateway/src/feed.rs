@@ -99,7 +99,8 @@ pub struct Print {
 }
 
 /// A file of recorded prints, read and checked whole before the venue
-/// starts: in time order, each symbol of the pattern, each price positive.
+/// starts: each symbol's in time order, each symbol of the pattern, each
+/// price positive.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Prints {
     pub symbols: Vec<String>,
@@ -121,8 +122,9 @@ impl Prints {
     }
 
     /// One print a line, each symbol's in time order, in either of two forms:
-    /// - CSV `t_ms,symbol,price`, such as `1763856000000,X:BTCUSD,97123.45`
-    ///   (a first line `t_ms,symbol,price` is a header);
+    /// - CSV `t_ms,symbol,price`, such as `1763856000000,X:BTCUSD,97123.45`,
+    ///   fields quoted or not (a first line naming the three, in any case,
+    ///   is a header);
     /// - a JSON object `{"symbol", "price", "t_ms"}` as the admin ingest
     ///   path takes it, or a websocket message that carries one in `msg`
     ///   (a recording of the `prices` channel; messages of other types,
@@ -293,6 +295,8 @@ fn parse_line(line: &str) -> Result<Option<(u64, String, String)>, String> {
 /// order) goes right after that one.
 pub struct Schedule<'a> {
     prints: &'a Prints,
+    /// The file's earliest and latest times, found once.
+    times: (u64, u64),
     speed: f64,
     looping: bool,
     gap_ms: f64,
@@ -305,6 +309,7 @@ impl<'a> Schedule<'a> {
     pub fn new(prints: &'a Prints, speed: f64, looping: bool, gap_ms: u64) -> Self {
         Schedule {
             prints,
+            times: prints.times(),
             speed,
             looping,
             gap_ms: gap_ms as f64,
@@ -329,10 +334,11 @@ impl Iterator for Schedule<'_> {
                 return None;
             }
             self.lap += 1;
-            self.lap_start_ms += self.prints.span_ms() as f64 / self.speed + self.gap_ms;
+            let (earliest, latest) = self.times;
+            self.lap_start_ms += (latest - earliest) as f64 / self.speed + self.gap_ms;
             self.next = 0;
         }
-        let (earliest, latest) = self.prints.times();
+        let (earliest, latest) = self.times;
         let (print, offset) = if self.lap.is_multiple_of(2) {
             let p = all[self.next];
             (p, p.t_ms - earliest)
