@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use sequencer::validate::is_symbol;
 use sequencer::wire::parse_e8;
-use sequencer::Command;
+use sequencer::{Command, SeriesConfig};
 use serde_json::Value;
 
 use crate::engine::{now_ms, Submitter};
@@ -207,6 +207,58 @@ impl Prints {
     pub fn span_ms(&self) -> u64 {
         let (earliest, latest) = self.times();
         latest - earliest
+    }
+
+    /// Says at start what an operator should know before the file is
+    /// replayed on a venue whose journal holds `state` and whose
+    /// configuration adds `series`: series whose symbol it lacks (their
+    /// windows will not open), a wait of over an hour between two prints
+    /// at `speed` (a `t_ms` typed wrong?), times that look like seconds,
+    /// and each symbol whose price jumps from its last journaled one (the
+    /// file starts again at its first print).
+    pub fn warn_at_start(&self, state: &sequencer::State, series: &[SeriesConfig], speed: f64) {
+        let journaled = state.series.iter().map(|s| &s.config);
+        let added = series
+            .iter()
+            .filter(|s| state.series_by_ticker(&s.ticker).is_none());
+        for config in journaled.chain(added) {
+            if !self.symbols.contains(&config.symbol) {
+                tracing::warn!(
+                    series = %config.ticker,
+                    symbol = %config.symbol,
+                    "the price file has no prints of this series' symbol: its windows will not open or settle without another feed"
+                );
+            }
+        }
+        let (gap_ms, after) = self.longest_gap();
+        let waits_ms = gap_ms as f64 / speed;
+        if waits_ms > 3_600_000.0 {
+            tracing::warn!(
+                recorded_gap_ms = gap_ms,
+                waits_secs = (waits_ms / 1000.0).round(),
+                print = after + 1,
+                "the price file waits more than an hour before this print (at the speed set): a t_ms typed wrong?"
+            );
+        }
+        if self.times().1 < 100_000_000_000 {
+            tracing::warn!(
+                "the price file's t_ms are all before 1973 as milliseconds: seconds? (it would replay a thousand times too fast)"
+            );
+        }
+        for (n, symbol) in self.symbols.iter().enumerate() {
+            let journaled = state.prices.get(symbol).and_then(|p| p.latest());
+            let first = self.prints.iter().find(|p| p.symbol as usize == n);
+            if let (Some((_, from_e8)), Some(first)) = (journaled, first) {
+                if first.price_e8 != from_e8 {
+                    tracing::warn!(
+                        symbol = %symbol,
+                        journaled = %sequencer::wire::price_e8(from_e8),
+                        file_starts_at = %sequencer::wire::price_e8(first.price_e8),
+                        "the price file starts again at its first print: this symbol's price jumps from its last journaled one"
+                    );
+                }
+            }
+        }
     }
 
     /// The longest wait between two prints in file order (milliseconds),

@@ -369,26 +369,6 @@ impl Server {
         // those still in the file (their windows would stall unsettled),
         // going on from each symbol's last journaled price.
         let mut simulated: BTreeMap<String, f64> = BTreeMap::new();
-        // Each symbol's last journaled price (a price file starts again at
-        // its first print: the jump is said).
-        let journaled_prices: BTreeMap<String, i64> = node
-            .state()
-            .prices
-            .iter()
-            .filter_map(|(symbol, p)| Some((symbol.clone(), p.latest()?.1)))
-            .collect();
-        // Every series the venue will have: the journal's and the file's.
-        let mut all_series: BTreeMap<String, String> = node
-            .state()
-            .series
-            .iter()
-            .map(|s| (s.config.ticker.clone(), s.config.symbol.clone()))
-            .collect();
-        for s in &series_configs {
-            all_series
-                .entry(s.ticker.clone())
-                .or_insert_with(|| s.symbol.clone());
-        }
         for series in &node.state().series {
             simulated.insert(series.config.symbol.clone(), 100.0);
         }
@@ -421,6 +401,11 @@ impl Server {
             ping_interval: Duration::from_millis(config.ws_ping_interval_ms),
         })
         .map_err(thread("websocket publisher"))?;
+        if let Some(prints) = &price_file {
+            // What the operator should know of the file, while the state
+            // (its series and last prices) is at hand.
+            prints.warn_at_start(node.state(), &series_configs, config.price_file_speed);
+        }
         let engine = Engine::start(node, settings, metrics, failures, events)
             .map_err(thread("sequencer"))?;
         let submitter = engine.submitter.clone();
@@ -467,47 +452,6 @@ impl Server {
 
         let feed_stop = Arc::new(AtomicBool::new(false));
         let feed = if let Some(prints) = price_file {
-            for (ticker, symbol) in &all_series {
-                if !prints.symbols.contains(symbol) {
-                    tracing::warn!(
-                        series = %ticker,
-                        symbol = %symbol,
-                        "the price file has no prints of this series' symbol: its windows will not open or settle without another feed"
-                    );
-                }
-            }
-            let (gap_ms, after) = prints.longest_gap();
-            let waits_ms = gap_ms as f64 / config.price_file_speed;
-            if waits_ms > 3_600_000.0 {
-                tracing::warn!(
-                    recorded_gap_ms = gap_ms,
-                    waits_secs = (waits_ms / 1000.0).round(),
-                    print = after + 1,
-                    "the price file waits more than an hour before this print (at the speed set): a t_ms typed wrong?"
-                );
-            }
-            if prints.times().1 < 100_000_000_000 {
-                tracing::warn!(
-                    "the price file's t_ms are all before 1973 as milliseconds: seconds? (it would replay a thousand times too fast)"
-                );
-            }
-            for (symbol, &from_e8) in &journaled_prices {
-                let Some(first) = prints
-                    .prints
-                    .iter()
-                    .find(|p| prints.symbols[p.symbol as usize] == *symbol)
-                else {
-                    continue;
-                };
-                if first.price_e8 != from_e8 {
-                    tracing::warn!(
-                        symbol = %symbol,
-                        journaled = %sequencer::wire::price_e8(from_e8),
-                        file_starts_at = %sequencer::wire::price_e8(first.price_e8),
-                        "the price file starts again at its first print: this symbol's price jumps from its last journaled one"
-                    );
-                }
-            }
             tracing::info!(
                 file = %config.price_file.as_deref().unwrap_or(Path::new("")).display(),
                 prints = prints.prints.len(),

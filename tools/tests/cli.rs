@@ -776,22 +776,40 @@ fn a_price_file_is_replayed_in_order_and_a_bad_one_refused() {
         );
     }
 
-    // A series whose symbol the file lacks: warned, by name.
-    std::fs::write(&file, "1700000000000,AAPL,230\n").unwrap();
+    // Warned at start, by name: a restart on the file (it starts again at
+    // its first print, 97000, where the journal's last was 97020); then a
+    // series whose symbol the file lacks, and times in seconds.
+    let warned = |serve: &common::Serve, says: &[&str]| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !says.iter().all(|s| serve.stderr.text().contains(s)) {
+            assert!(
+                Instant::now() < deadline,
+                "{says:?}: {}",
+                serve.stderr.text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let mut serve = Launch::new(
+        &dir.path().join("data-false"),
+        Some(&dir.path().join("file-false.toml")),
+    )
+    .start();
+    warned(&serve, &["the price file starts again at its first print"]);
+    assert!(serve.sigterm().success());
+    std::fs::write(&file, "1700000000,AAPL,230\n").unwrap();
     let data = dir.path().join("data-other");
     let mut serve = Launch::new(&data, None)
         .arg("--price-file")
         .arg(file.to_str().unwrap())
         .start();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !serve
-        .stderr
-        .text()
-        .contains("the price file has no prints of this series' symbol")
-    {
-        assert!(Instant::now() < deadline, "{}", serve.stderr.text());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    warned(
+        &serve,
+        &[
+            "the price file has no prints of this series' symbol",
+            "seconds?",
+        ],
+    );
     assert!(serve.sigterm().success());
 
     // A bad line: refused at start, naming the file and the line.
