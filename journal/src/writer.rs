@@ -117,7 +117,7 @@ struct Active {
 }
 
 /// The single writer of a journal. Only one may exist per directory at a
-/// time: it holds `LOCK` (see `lock`), so a second one is refused.
+/// time: it holds `LOCK` (see `_lock`), so a second one is refused.
 ///
 /// Dropping it does not flush: appended records stay in the kernel's page
 /// cache, which survives the process but not a power loss. `close` or `sync`
@@ -149,7 +149,24 @@ pub struct Journal {
     /// second writer on the same journal (a second `updown serve` on the
     /// same data directory) would cut, overwrite and delete under the
     /// first. Released by the kernel when the process ends, however.
-    lock: File,
+    _lock: File,
+    /// That file's device and inode, for `still_in_place` (where the
+    /// platform has them).
+    lock_identity: Option<(u64, u64)>,
+}
+
+/// A file's device and inode, where the platform has them.
+fn identity(metadata: &std::fs::Metadata) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some((metadata.dev(), metadata.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = metadata;
+        None
+    }
 }
 
 /// Syncs made and the time they took.
@@ -411,7 +428,8 @@ impl Journal {
             deferred: false,
             preparing: None,
             syncs: SyncCount::default(),
-            lock,
+            lock_identity: lock.metadata().ok().as_ref().and_then(identity),
+            _lock: lock,
         };
         let mut journal = journal;
         journal.prepare_next(None);
@@ -565,30 +583,26 @@ impl Journal {
     /// name, lost at exit, while another venue may be started on the same
     /// path and have this one's snapshots written into its directory (a
     /// resource trial, twelfth session). Checked where the records are
-    /// made durable and at rolls: a `fstat` beside a sync.
+    /// made durable and at rolls: a `stat` beside a sync.
     ///
     /// The file at `dir/LOCK` must still be the one this writer locked
     /// (same device and inode): a removed, moved or replaced directory
     /// fails it. A `stat` that fails otherwise (not "not found") is let
     /// pass.
     fn still_in_place(&mut self) -> Result<(), JournalError> {
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            let held = self.lock.metadata().map(|m| (m.dev(), m.ino()));
-            let named = std::fs::metadata(self.dir.join(LOCK_FILE)).map(|m| (m.dev(), m.ino()));
-            let moved = match (held, named) {
-                (Ok(held), Ok(named)) => held != named,
-                (_, Err(e)) => e.kind() == std::io::ErrorKind::NotFound,
-                (Err(_), _) => false,
-            };
-            if moved {
-                self.poisoned = true;
-                return Err(JournalError::Invalid(format!(
-                    "the journal {} was removed or moved while the venue ran (its {LOCK_FILE} file is not there any more): writes stop here; what was written since is only in the files this process holds open",
-                    self.dir.display()
-                )));
-            }
+        let Some(held) = self.lock_identity else {
+            return Ok(());
+        };
+        let moved = match std::fs::metadata(self.dir.join(LOCK_FILE)) {
+            Ok(named) => identity(&named) != Some(held),
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
+        if moved {
+            self.poisoned = true;
+            return Err(JournalError::Invalid(format!(
+                "the journal {} was removed or moved while the venue ran (its {LOCK_FILE} file is not there any more): writes stop here; what was written since is only in the files this process holds open",
+                self.dir.display()
+            )));
         }
         Ok(())
     }
