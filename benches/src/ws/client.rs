@@ -198,9 +198,9 @@ async fn text(ws: &mut WebSocket<TcpStream>) -> Result<Bytes, BenchError> {
     }
 }
 
-/// Sends the subscription to `orderbook_delta` of `ticker` (id 1), without
-/// waiting for anything.
-pub async fn send_subscribe(ws: &mut WebSocket<TcpStream>, ticker: &str) -> Result<(), BenchError> {
+/// Subscribes to `orderbook_delta` of `ticker` on the venue; returns once
+/// the reply and the snapshot (`seq` 1) have arrived.
+pub async fn subscribe(ws: &mut WebSocket<TcpStream>, ticker: &str) -> Result<(), BenchError> {
     let command = serde_json::json!({
         "id": 1,
         "cmd": "subscribe",
@@ -209,13 +209,6 @@ pub async fn send_subscribe(ws: &mut WebSocket<TcpStream>, ticker: &str) -> Resu
     .to_string();
     ws.write_frame(Frame::text(Payload::Owned(command.into_bytes())))
         .await?;
-    Ok(())
-}
-
-/// Subscribes to `orderbook_delta` of `ticker` on the venue; returns once
-/// the reply and the snapshot (`seq` 1) have arrived.
-pub async fn subscribe(ws: &mut WebSocket<TcpStream>, ticker: &str) -> Result<(), BenchError> {
-    send_subscribe(ws, ticker).await?;
     let reply: serde_json::Value = serde_json::from_slice(&text(ws).await?)?;
     if reply["type"] != "subscribed" || reply["msg"]["sid"] != 1 {
         return Err(format!("subscribe: {reply}").into());

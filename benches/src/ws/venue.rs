@@ -4,14 +4,12 @@
 //! straight into the sequencer's queue (`Job::Internal`, as the price feed
 //! does): no HTTP in front, so the figures are the websocket path's.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
-use fastwebsockets::{Frame, OpCode};
 use gateway::config::{DurabilityPolicy, SeriesEntry};
 use gateway::engine::Job;
 use gateway::{Server, ServerConfig};
@@ -22,7 +20,7 @@ use sequencer::types::{
     OrderStatus, Outcome, Scopes, TimeInForce,
 };
 use sequencer::{Command, Reply};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::oneshot;
 
 use crate::engines::BenchError;
@@ -252,7 +250,7 @@ impl Venue {
         // it has, so that the first snapshot holds every seed order (a
         // client's check would catch it otherwise). Later subscriber sets
         // connect after every client has had every event.
-        wait_for_publisher(&venue.server, &venue.ticker)?;
+        wait_for_publisher(&venue.server)?;
         Ok(venue)
     }
 
@@ -373,109 +371,19 @@ fn check_cancel(k: u64, reply: Reply) -> Result<(), BenchError> {
 pub const QUIET: Duration = Duration::from_millis(100);
 /// How long the publisher is given to take the seed orders' events.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// The source address of the probe of [`wait_for_publisher`]: none of the
-/// subscribers' (127.1.0.0/16).
-const PROBE_SOURCE: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-/// The up side of the book the seed orders make: contracts by price.
-fn seed_book() -> BTreeMap<u8, i64> {
-    let mut book = BTreeMap::new();
-    for k in 0..plan::SEED_ORDERS {
-        *book.entry(plan::price_of(k)).or_insert(0) += i64::from(plan::count_of(k));
-    }
-    book
-}
-
-/// A price in dollars as the venue writes it ("0.07"), in cents.
-fn cents(price: &Value) -> Option<u8> {
-    price.as_str()?.strip_prefix("0.")?.parse().ok()
-}
-
-/// A count as the venue writes it (a decimal string, signed for deltas).
-fn count(count: &Value) -> Option<i64> {
-    count.as_str()?.parse().ok()
-}
-
-/// Waits (at most [`SETTLE_TIMEOUT`]) until the websocket publisher's
-/// mirror of the book holds every seed order. A probe client subscribes to
-/// the market's book and applies the deltas that follow its snapshot (the
-/// seed orders the publisher had not taken yet) until its book is the seed
-/// orders' book; then it closes, and the wait goes on until the venue has
-/// let go of it, so that the publisher forgets its subscription before any
-/// subscriber's (no message of a run is ever handed to it).
-fn wait_for_publisher(server: &Server, ticker: &str) -> Result<(), BenchError> {
-    let expected = seed_book();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let probe = probe(server.addr, ticker, &expected);
-    rt.block_on(async { tokio::time::timeout(SETTLE_TIMEOUT, probe).await })
-        .map_err(|_| {
-            format!(
-                "the websocket publisher did not show the {} seed orders within {SETTLE_TIMEOUT:?}",
-                plan::SEED_ORDERS
-            )
-        })??;
-    let gone = client::wait_until(SETTLE_TIMEOUT, || {
-        server.ws.connections_from(PROBE_SOURCE) == 0
+/// Waits (at most [`SETTLE_TIMEOUT`]) until the websocket publisher has
+/// taken in every batch handed to it.
+fn wait_for_publisher(server: &Server) -> Result<(), BenchError> {
+    let stats = &server.ws.stats;
+    let caught_up = client::wait_until(SETTLE_TIMEOUT, || {
+        stats.batches_taken.load(Ordering::Acquire) >= stats.batches_handed.load(Ordering::Acquire)
     });
-    if !gone {
+    if !caught_up {
         return Err(format!(
-            "the venue still holds the probe's websocket {SETTLE_TIMEOUT:?} after it closed"
+            "the websocket publisher did not take the seed orders' events within {SETTLE_TIMEOUT:?}"
         )
         .into());
     }
-    Ok(())
-}
-
-/// The probe of [`wait_for_publisher`]: returns once its book, snapshot
-/// and deltas, is `expected`, having sent its close.
-async fn probe(
-    addr: SocketAddr,
-    ticker: &str,
-    expected: &BTreeMap<u8, i64>,
-) -> Result<(), BenchError> {
-    let mut ws = client::connect(addr, PROBE_SOURCE, "/v1/ws").await?;
-    client::send_subscribe(&mut ws, ticker).await?;
-    let mut book: Option<BTreeMap<u8, i64>> = None;
-    while book.as_ref() != Some(expected) {
-        let frame = ws.read_frame().await?;
-        match frame.opcode {
-            OpCode::Text => {}
-            OpCode::Close => return Err("the venue closed the probe's websocket".into()),
-            _ => continue,
-        }
-        let message: Value = serde_json::from_slice(&frame.payload)?;
-        let bad = || format!("the probe's websocket got {message}");
-        match message["type"].as_str() {
-            Some("subscribed") => {}
-            // The first message of the subscription, or a fresh one after
-            // the publisher lost a batch.
-            Some("orderbook_snapshot") => {
-                let mut levels = BTreeMap::new();
-                for level in message["msg"]["up"].as_array().ok_or_else(bad)? {
-                    let price = cents(&level[0]).ok_or_else(bad)?;
-                    levels.insert(price, count(&level[1]).ok_or_else(bad)?);
-                }
-                book = Some(levels);
-            }
-            Some("orderbook_delta") => {
-                let msg = &message["msg"];
-                if msg["outcome"] != "up" {
-                    return Err(bad().into());
-                }
-                let price = cents(&msg["price"]).ok_or_else(bad)?;
-                let delta = count(&msg["delta"]).ok_or_else(bad)?;
-                let levels = book.as_mut().ok_or_else(bad)?;
-                let level = levels.entry(price).or_insert(0);
-                *level += delta;
-                if *level == 0 {
-                    levels.remove(&price);
-                }
-            }
-            _ => return Err(bad().into()),
-        }
-    }
-    ws.write_frame(Frame::close(1000, b"")).await?;
     Ok(())
 }

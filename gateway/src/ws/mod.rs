@@ -76,6 +76,10 @@ pub struct Stats {
     pub lost_batches: AtomicU64,
     /// Messages handed to connection queues.
     pub sent: AtomicU64,
+    /// Batches (and fresh pictures) handed to the publisher, and those it
+    /// has taken in: equal when it has caught up with the sequencer.
+    pub batches_handed: AtomicU64,
+    pub batches_taken: AtomicU64,
 }
 
 /// What the gateway's handlers share about the websocket.
@@ -170,8 +174,12 @@ fn sink(tx: BellSender<Input>, stats: Arc<Stats>) -> EventSink {
                 return;
             }
             match tx.try_send(input) {
-                Ok(()) if picture => lost.store(false, Ordering::Release),
-                Ok(()) => {}
+                Ok(()) => {
+                    stats.batches_handed.fetch_add(1, Ordering::Relaxed);
+                    if picture {
+                        lost.store(false, Ordering::Release);
+                    }
+                }
                 Err(TrySendError::Full(_)) => {
                     lost.store(true, Ordering::Release);
                     stats.lost_batches.fetch_add(1, Ordering::Relaxed);
@@ -254,6 +262,29 @@ impl Drop for Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The publisher counts what it is handed and what it has taken in:
+    /// equal once it has caught up (the websocket benchmark waits on it).
+    #[test]
+    fn the_publisher_counts_the_batches_handed_and_taken() {
+        let (hub, mut sink, _publisher) = start(WsSettings {
+            queue_capacity: 16,
+            ping_interval: Duration::from_secs(10),
+        })
+        .expect("the publisher thread starts");
+        let stats = &hub.stats;
+        assert_eq!(stats.batches_handed.load(Ordering::Relaxed), 0);
+        // The first batch is a picture of the state.
+        let deliver = sink(&State::default(), &[]).expect("a first picture");
+        deliver();
+        assert_eq!(stats.batches_handed.load(Ordering::Relaxed), 1);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while stats.batches_taken.load(Ordering::Acquire) < 1 {
+            assert!(std::time::Instant::now() < deadline, "never taken");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(stats.batches_taken.load(Ordering::Relaxed), 1);
+    }
 
     /// 20 connections per address, an IPv6 address counting with its /64;
     /// a refused upgrade leaves no entry behind; a closed one frees its

@@ -509,6 +509,7 @@ impl Publisher {
                 }
             }
         }
+        self.stats.batches_taken.fetch_add(1, Ordering::Relaxed);
     }
 
     fn picture(&mut self, picture: Picture, resync: bool) {
