@@ -427,15 +427,10 @@ fn a_restart_with_a_changed_configuration_keeps_the_venue_consistent() {
         (lines.len(), last as f64 / 1e8)
     };
     // Some prints of the series' symbol, then a graceful stop.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while prints(&data).0 < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "no prints: {}",
-            serve.stderr.text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::eventually(
+        || prints(&data).0 >= 3,
+        || format!("no prints: {}", serve.stderr.text()),
+    );
     assert!(serve.sigterm().success(), "{}", serve.stderr.text());
     let (printed, before) = prints(&data);
 
@@ -490,15 +485,15 @@ fn a_restart_with_a_changed_configuration_keeps_the_venue_consistent() {
     )
     .unwrap();
     let mut serve = Launch::new(&data, Some(&other)).start();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while prints(&data).0 <= printed {
-        assert!(
-            Instant::now() < deadline,
-            "the dropped series' symbol got no prints: {}",
-            serve.stderr.text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::eventually(
+        || prints(&data).0 > printed,
+        || {
+            format!(
+                "the dropped series' symbol got no prints: {}",
+                serve.stderr.text()
+            )
+        },
+    );
     assert!(serve.sigterm().success(), "{}", serve.stderr.text());
     let dump = Command::new(BIN)
         .args([
@@ -739,11 +734,10 @@ fn a_price_file_is_replayed_in_order_and_a_bad_one_refused() {
         std::fs::write(&config, text).unwrap();
         let started_ms = common::now_ms();
         let mut serve = Launch::new(&data, Some(&config)).log("info").start();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while journaled_prints(&data, common::SYMBOL).len() < wanted.len() {
-            assert!(Instant::now() < deadline, "{}", serve.stderr.text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::eventually(
+            || journaled_prints(&data, common::SYMBOL).len() >= wanted.len(),
+            || serve.stderr.text(),
+        );
         if !looping {
             // Nothing more comes: the simulator does not take over.
             std::thread::sleep(Duration::from_millis(300));
@@ -780,15 +774,10 @@ fn a_price_file_is_replayed_in_order_and_a_bad_one_refused() {
     // its first print, 97000, where the journal's last was 97020); then a
     // series whose symbol the file lacks, and times in seconds.
     let warned = |serve: &common::Serve, says: &[&str]| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !says.iter().all(|s| serve.stderr.text().contains(s)) {
-            assert!(
-                Instant::now() < deadline,
-                "{says:?}: {}",
-                serve.stderr.text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::eventually(
+            || says.iter().all(|s| serve.stderr.text().contains(s)),
+            || format!("{says:?}: {}", serve.stderr.text()),
+        );
     };
     let mut serve = Launch::new(
         &dir.path().join("data-false"),

@@ -1014,11 +1014,10 @@ fn held_connections_leave_the_journal_its_descriptors() {
     drop(held);
     // Still taking writes: the journal never failed.
     let mut api = Http::new(&serve.addr);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while api.call("GET", "/markets", None, None).status != 200 {
-        assert!(Instant::now() < deadline, "still refused");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually(
+        || api.call("GET", "/markets", None, None).status == 200,
+        || "still refused".into(),
+    );
     admin.create_account("1.00");
     assert!(serve.sigterm().success(), "{}", serve.stderr.text());
     assert!(

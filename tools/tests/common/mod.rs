@@ -174,6 +174,17 @@ sim_start_price = 97000.0
 
 // ----- the server as a child process ---------------------------------------------------
 
+/// Waits (30 s at most, looking every 20 ms) until `ready`; fails with
+/// `why()` if it never is.
+#[track_caller]
+pub fn eventually(mut ready: impl FnMut() -> bool, why: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        assert!(Instant::now() < deadline, "{}", why());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Lines a child printed, collected by a thread per stream, and whether
 /// the stream has ended.
 #[derive(Clone, Default)]
