@@ -138,6 +138,8 @@ pub enum Slot {
         payload_len: u32,
         /// Bytes from this header to the next one.
         total: usize,
+        /// The record's checksum, as stored (and checked).
+        crc: u32,
     },
     /// The seal that closes a segment: no record follows in this segment.
     Seal,
@@ -192,6 +194,7 @@ pub fn decode_slot(seg: &[u8], off: usize, marker: u32) -> Slot {
                     kind: read_u16(&head, 16),
                     payload_len,
                     total,
+                    crc: stored,
                 }
             }
         }
@@ -258,7 +261,8 @@ mod tests {
                 seq: 42,
                 kind: 3,
                 payload_len: 21,
-                total: 64
+                total: 64,
+                crc: read_u32(&h, 20),
             }
         );
         for bit in 0..(32 + payload.len()) * 8 {

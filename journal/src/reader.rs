@@ -24,6 +24,9 @@ pub struct Record<'a> {
     pub segment: u64,
     /// Byte offset of the record header inside its segment file.
     pub offset: u64,
+    /// The record's CRC-32 as stored in its header (and checked): what a
+    /// snapshot taken after this record names to be tied to this journal.
+    pub crc: u32,
 }
 
 struct ReadSegment {
@@ -127,7 +130,7 @@ impl Reader {
     // mapping (a lending iterator), and the end is not final.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Record<'_>>, JournalError> {
-        let (pos, seq, kind, len) = loop {
+        let (pos, seq, kind, len, crc) = loop {
             if self.seg.is_none() && !self.open_segment()? {
                 return Ok(None);
             }
@@ -147,6 +150,7 @@ impl Reader {
                     kind,
                     payload_len,
                     total,
+                    crc,
                 } => {
                     if let Some(expected) = self.expect {
                         if seq != expected {
@@ -163,7 +167,7 @@ impl Reader {
                     if seq < self.min_seq {
                         continue;
                     }
-                    break (pos, seq, kind, payload_len as usize);
+                    break (pos, seq, kind, payload_len as usize, crc);
                 }
                 Slot::Seal => {
                     if self.advance()? {
@@ -210,6 +214,7 @@ impl Reader {
             payload,
             segment: seg.index,
             offset: pos as u64,
+            crc,
         }))
     }
 

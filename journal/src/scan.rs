@@ -129,6 +129,8 @@ pub(crate) struct Scan {
     pub records: u64,
     pub first_seq: Option<u64>,
     pub last_seq: Option<u64>,
+    /// The checksum of the record at `last_seq`.
+    pub last_crc: Option<u32>,
     /// The seq the next record must carry, as far as the segments scanned
     /// say: after the last record, or the first seq in the header of a
     /// segment that holds none yet (whose predecessors were removed).
@@ -147,6 +149,7 @@ struct SegScan {
     records: u64,
     first_seq: Option<u64>,
     last_seq: Option<u64>,
+    last_crc: Option<u32>,
     /// The seq the next segment must start with.
     next_seq: Option<u64>,
     end: u64,
@@ -164,6 +167,7 @@ pub(crate) fn scan(dir: &Path) -> Result<Scan, JournalError> {
         records: 0,
         first_seq: None,
         last_seq: None,
+        last_crc: None,
         next_seq: None,
         tail: None,
         problem: None,
@@ -195,6 +199,7 @@ pub(crate) fn scan(dir: &Path) -> Result<Scan, JournalError> {
         }
         if r.last_seq.is_some() {
             out.last_seq = r.last_seq;
+            out.last_crc = r.last_crc;
         }
         if r.next_seq.is_some() {
             out.next_seq = r.next_seq;
@@ -248,6 +253,7 @@ fn scan_segment(
         records: 0,
         first_seq: None,
         last_seq: None,
+        last_crc: None,
         next_seq: expect,
         end: 0,
         writable: false,
@@ -326,7 +332,9 @@ fn scan_segment(
             return Ok(out);
         }
         match decode_slot(&map, pos, read_u32(&map, pos)) {
-            Slot::Record { seq, total, .. } => {
+            Slot::Record {
+                seq, total, crc, ..
+            } => {
                 if seq != next {
                     out.problem = Some(problem(
                         pos as u64,
@@ -341,6 +349,7 @@ fn scan_segment(
                 out.records += 1;
                 out.first_seq.get_or_insert(seq);
                 out.last_seq = Some(seq);
+                out.last_crc = Some(crc);
                 next = seq.wrapping_add(1);
                 out.next_seq = Some(next);
                 pos += total;

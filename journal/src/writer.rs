@@ -132,6 +132,8 @@ pub struct Journal {
     next_index: u64,
     /// See [`Journal::last_seq`]: the next append must carry the seq after.
     last_seq: Option<u64>,
+    /// See [`Journal::last_record_crc`].
+    last_crc: Option<u32>,
     last_flush: Instant,
     poisoned: bool,
     /// A `SyncPoint` was handed out since the last flush: its sync may not
@@ -423,6 +425,7 @@ impl Journal {
             active,
             next_index,
             last_seq: found.last_seq.or(resumes_at.map(|next| next - 1)),
+            last_crc: found.last_crc,
             last_flush: Instant::now(),
             poisoned: false,
             deferred: false,
@@ -504,6 +507,9 @@ impl Journal {
         publish(&mut active.map, pos, &header);
         active.pos = pos + total;
         self.last_seq = Some(seq);
+        self.last_crc = Some(u32::from_le_bytes([
+            header[20], header[21], header[22], header[23],
+        ]));
         if self.durability == Durability::Always {
             self.flush()?;
         }
@@ -653,6 +659,13 @@ impl Journal {
     /// segment's header names a first seq past 1), the seq before that.
     pub fn last_seq(&self) -> Option<u64> {
         self.last_seq
+    }
+
+    /// The checksum of the record at [`Journal::last_seq`] (`None` when the
+    /// journal holds no record). A snapshot of the state after that record
+    /// names it, so that it is never taken for the state of another journal.
+    pub fn last_record_crc(&self) -> Option<u32> {
+        self.last_crc
     }
 
     /// The journal directory.
@@ -882,6 +895,27 @@ mod tests {
         drop(first);
         let (_, recovery) = Journal::open(cfg).unwrap();
         assert_eq!(recovery.last_seq, Some(2));
+    }
+
+    /// The last record's checksum, as appended and as found again by an
+    /// open, is the one a reader sees in that record's header.
+    #[test]
+    fn last_record_crc_is_the_stored_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::GroupCommit);
+        assert_eq!(j.last_record_crc(), None, "no record yet");
+        j.append(1, 1, b"one").unwrap();
+        j.append(2, 7, b"two").unwrap();
+        j.commit().unwrap();
+        let appended = j.last_record_crc().expect("a record");
+        drop(j);
+        let mut reader = crate::Reader::open(dir.path()).unwrap();
+        let first = reader.next().unwrap().unwrap().crc;
+        let second = reader.next().unwrap().unwrap();
+        assert_eq!((second.seq, second.crc), (2, appended));
+        assert_ne!(first, appended, "each record has its own");
+        let reopened = open(dir.path(), Durability::GroupCommit);
+        assert_eq!(reopened.last_record_crc(), Some(appended));
     }
 
     #[test]

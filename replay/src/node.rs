@@ -469,13 +469,14 @@ impl Node {
         }
         let point = self.journal.sync_point()?;
         let seq = self.state.last_seq;
-        let taken = match fork_writer(&dir, &mut self.state) {
+        let tie = self.journal_tie();
+        let taken = match fork_writer(&dir, &mut self.state, tie) {
             Some(pid) => Taken::Forked(ForkedWriter {
                 pid,
                 temporary: snapshot::temporary_path(&dir, seq),
                 reaped: false,
             }),
-            None => Taken::Copy(Box::new(self.state.clone())),
+            None => Taken::Copy(Box::new(self.state.clone()), tie),
         };
         Ok(Some(SnapshotJob {
             dir,
@@ -489,6 +490,14 @@ impl Node {
         }))
     }
 
+    /// The checksum of the journal record at the state's seq, which a
+    /// snapshot of the state names (see [`snapshot::load_for`]).
+    fn journal_tie(&self) -> Option<u32> {
+        (self.journal.last_seq() == Some(self.state.last_seq))
+            .then(|| self.journal.last_record_crc())
+            .flatten()
+    }
+
     /// Writes a snapshot of the current state (after syncing the journal,
     /// so a snapshot never runs ahead of what is durable).
     pub fn snapshot(&mut self) -> Result<Option<PathBuf>, NodeError> {
@@ -499,7 +508,8 @@ impl Node {
         if let Some(feed) = &self.history {
             feed.sync(self.state.last_seq)?;
         }
-        Ok(Some(snapshot::write(&dir, &mut self.state)?))
+        let tie = self.journal_tie();
+        Ok(Some(snapshot::write(&dir, &mut self.state, tie)?))
     }
 }
 
@@ -515,8 +525,9 @@ pub struct SnapshotJob {
 
 /// How the state of a snapshot was taken.
 enum Taken {
-    /// A copy, written by `SnapshotJob::write`.
-    Copy(Box<State>),
+    /// A copy, written by `SnapshotJob::write`, and its journal record's
+    /// checksum.
+    Copy(Box<State>, Option<u32>),
     /// A child process writing it.
     Forked(ForkedWriter),
 }
@@ -575,8 +586,8 @@ impl SnapshotJob {
             history,
         } = self;
         let temporary = match taken {
-            Taken::Copy(mut state) => {
-                snapshot::write_temporary(&dir, &mut state, snapshot::SECTION_ITEMS)?
+            Taken::Copy(mut state, tie) => {
+                snapshot::write_temporary(&dir, &mut state, tie, snapshot::SECTION_ITEMS)?
             }
             Taken::Forked(writer) => writer.wait().map_err(|reason| {
                 NodeError::Snapshot(snapshot::SnapshotError::Writer { seq, reason })
@@ -602,7 +613,7 @@ impl SnapshotJob {
 /// name in `dir` and exits (0 when written and synced); returns its pid,
 /// or `None` when there is no fork (not Linux, or the kernel refused).
 #[cfg(target_os = "linux")]
-fn fork_writer(dir: &std::path::Path, state: &mut State) -> Option<libc::pid_t> {
+fn fork_writer(dir: &std::path::Path, state: &mut State, tie: Option<u32>) -> Option<libc::pid_t> {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
     quiet_in_writer();
@@ -615,13 +626,13 @@ fn fork_writer(dir: &std::path::Path, state: &mut State) -> Option<libc::pid_t> 
     // only gets a pid.
     match unsafe { libc::fork() } {
         -1 => None,
-        0 => child_write(parent, dir, state),
+        0 => child_write(parent, dir, state, tie),
         pid => Some(pid),
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn fork_writer(_: &std::path::Path, _: &mut State) -> Option<i32> {
+fn fork_writer(_: &std::path::Path, _: &mut State, _: Option<u32>) -> Option<i32> {
     None
 }
 
@@ -653,7 +664,12 @@ fn quiet_in_writer() {
 /// venue), closes every file it inherited, writes, exits. The
 /// out-of-memory killer picks it first.
 #[cfg(target_os = "linux")]
-fn child_write(parent: libc::pid_t, dir: &std::path::Path, state: &mut State) -> ! {
+fn child_write(
+    parent: libc::pid_t,
+    dir: &std::path::Path,
+    state: &mut State,
+    tie: Option<u32>,
+) -> ! {
     IN_WRITER.store(true, std::sync::atomic::Ordering::Relaxed);
     // SAFETY: plain system calls on this process; `_exit` ends it without
     // running the parent's atexit handlers or destructors.
@@ -678,7 +694,7 @@ fn child_write(parent: libc::pid_t, dir: &std::path::Path, state: &mut State) ->
         }
     }
     let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        snapshot::write_temporary(dir, state, snapshot::SECTION_ITEMS)
+        snapshot::write_temporary(dir, state, tie, snapshot::SECTION_ITEMS)
     }));
     // The system's error number rides in the exit code, for the parent to
     // name the cause (a full disk, a directory it may not write).

@@ -57,6 +57,10 @@ pub struct ReplayOutcome {
     pub applied: u64,
     /// Snapshots that were damaged and skipped, as sentences.
     pub skipped_snapshots: Vec<String>,
+    /// The checksum of the journal record at `state.last_seq` (what a
+    /// snapshot of this state names to be tied to this journal), when
+    /// known: from the last record applied, or from the snapshot.
+    pub last_record_crc: Option<u32>,
 }
 
 /// Replays `journal_dir`, starting from the newest valid snapshot in
@@ -89,9 +93,9 @@ pub(crate) fn replay_bounded(
     until: Until,
     mut observe: impl FnMut(&Stamped, &[Event]),
 ) -> Result<ReplayOutcome, ReplayError> {
-    let (start, skipped) = start_state(snapshot_dir, snapshot_max, until);
-    let from_snapshot = start.as_ref().map(|s| s.last_seq);
-    let mut state = start.unwrap_or_default();
+    let (start, skipped) = start_state(journal_dir, snapshot_dir, snapshot_max, until);
+    let from_snapshot = start.as_ref().map(|(s, _)| s.last_seq);
+    let (mut state, mut last_record_crc) = start.unwrap_or_default();
     let mut reader = Reader::open(journal_dir)?;
     let first = state.last_seq + 1;
     reader.seek(first)?;
@@ -102,11 +106,13 @@ pub(crate) fn replay_bounded(
     // journal order and the first error ends the stream, so the state is
     // the same as one thread reading and applying in turn.
     let outcome = std::thread::scope(|scope| {
-        let (tx, rx) =
-            std::sync::mpsc::sync_channel::<Result<Vec<Stamped>, ReplayError>>(DECODED_CHUNKS);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Chunk, ReplayError>>(DECODED_CHUNKS);
         scope.spawn(move || decode_ahead(reader, first, until, tx));
         for chunk in rx {
-            let chunk = chunk?;
+            let Chunk {
+                commands: chunk,
+                last_crc,
+            } = chunk?;
             for (i, stamped) in chunk.iter().enumerate() {
                 if let Some(next) = chunk.get(i + 1) {
                     state.prefetch(&next.command);
@@ -117,6 +123,7 @@ pub(crate) fn replay_bounded(
                 observe(stamped, &events);
                 applied += 1;
             }
+            last_record_crc = Some(last_crc);
         }
         Ok::<(), ReplayError>(())
     });
@@ -126,7 +133,15 @@ pub(crate) fn replay_bounded(
         from_snapshot,
         applied,
         skipped_snapshots: skipped.iter().map(ToString::to_string).collect(),
+        last_record_crc,
     })
+}
+
+/// Decoded commands in journal order, and the checksum of the record of
+/// the last one.
+struct Chunk {
+    commands: Vec<Stamped>,
+    last_crc: u32,
 }
 
 /// Refuses a command that moves the venue to rules this build does not
@@ -159,11 +174,12 @@ fn decode_ahead(
     mut reader: Reader,
     first: u64,
     until: Until,
-    tx: std::sync::mpsc::SyncSender<Result<Vec<Stamped>, ReplayError>>,
+    tx: std::sync::mpsc::SyncSender<Result<Chunk, ReplayError>>,
 ) {
     let last = until_seq(until);
     let mut next = first;
     let mut chunk = Vec::with_capacity(DECODED_CHUNK);
+    let mut last_crc = 0;
     let failure = loop {
         if next > last {
             break None;
@@ -187,15 +203,27 @@ fn decode_ahead(
             break None;
         }
         next += 1;
+        last_crc = record.crc;
         chunk.push(stamped);
         if chunk.len() == DECODED_CHUNK {
             let full = std::mem::replace(&mut chunk, Vec::with_capacity(DECODED_CHUNK));
+            let full = Chunk {
+                commands: full,
+                last_crc,
+            };
             if tx.send(Ok(full)).is_err() {
                 return;
             }
         }
     };
-    if !chunk.is_empty() && tx.send(Ok(chunk)).is_err() {
+    if !chunk.is_empty()
+        && tx
+            .send(Ok(Chunk {
+                commands: chunk,
+                last_crc,
+            }))
+            .is_err()
+    {
         return;
     }
     if let Some(e) = failure {
@@ -211,17 +239,22 @@ fn until_seq(until: Until) -> u64 {
     }
 }
 
+/// The snapshot to start from (with the checksum it names), and the ones
+/// passed over.
+type Start = (Option<(State, Option<u32>)>, Vec<snapshot::SnapshotError>);
+
 fn start_state(
+    journal_dir: &Path,
     snapshot_dir: Option<&Path>,
     snapshot_max: u64,
     until: Until,
-) -> (Option<State>, Vec<snapshot::SnapshotError>) {
+) -> Start {
     let Some(dir) = snapshot_dir else {
         return (None, Vec::new());
     };
     match until {
-        Until::End => snapshot::newest(dir, snapshot_max),
-        Until::Seq(seq) => snapshot::newest(dir, seq.min(snapshot_max)),
+        Until::End => snapshot::newest(dir, snapshot_max, journal_dir),
+        Until::Seq(seq) => snapshot::newest(dir, seq.min(snapshot_max), journal_dir),
         Until::TimeMs(t) => {
             // Snapshots are named by seq; the newest whose time is not past t.
             let mut skipped = Vec::new();
@@ -229,8 +262,8 @@ fn start_state(
                 .into_iter()
                 .filter(|(seq, _)| *seq <= snapshot_max)
             {
-                match snapshot::load(&path) {
-                    Ok(state) if state.now_ms <= t => return (Some(state), skipped),
+                match snapshot::load_for(&path, journal_dir) {
+                    Ok(found) if found.0.now_ms <= t => return (Some(found), skipped),
                     Ok(_) => {}
                     Err(e) => skipped.push(e),
                 }

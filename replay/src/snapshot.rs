@@ -17,6 +17,14 @@
 //! records leave; 5: each account's set of resting orders), and a
 //! snapshot of another version is skipped with a message
 //! that says so; the state is then rebuilt from the journal.
+//!
+//! Since format 7 a snapshot is tied to the journal it was taken from: a
+//! section names the checksum of the journal record at its seq (the CRC-32
+//! in that record's header). A start from a snapshot checks it against the
+//! journal's record at that seq, where the journal still holds it, and
+//! passes over a snapshot of another journal (copied in from another venue,
+//! or left from a journal that was replaced) instead of going on from a
+//! state this journal never described.
 
 use std::fs;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -32,11 +40,13 @@ const MAGIC: &[u8; 8] = b"UPDNSNAP";
 /// number, so that a build of before rules 2 (which reads 5 and knows
 /// nothing of newer rules) passes over the snapshots of a venue run under
 /// rules 2 and meets the journal's `SetRules`, which it refuses, instead of
-/// serving that state under its own rules after a rollback.
-const VERSION: u32 = 6;
-/// Formats read: 5 too (the same layout), so an upgrade starts from the
-/// last snapshot of the build before.
-const VERSIONS_READ: [u32; 2] = [5, 6];
+/// serving that state under its own rules after a rollback. 7 (thirteenth
+/// session) adds the journal section, which a build reading 6 would take
+/// for damage.
+const VERSION: u32 = 7;
+/// Formats read: 5 and 6 too (the same layout, no journal section), so an
+/// upgrade starts from the last snapshot of the build before.
+const VERSIONS_READ: [u32; 3] = [5, 6, 7];
 const HEADER_LEN: usize = 32;
 
 /// Orders or fills per section of a snapshot.
@@ -46,6 +56,12 @@ pub const SECTION_ITEMS: usize = 1 << 18;
 const SECTION_SHELL: u32 = 1;
 const SECTION_ORDERS: u32 = 2;
 const SECTION_FILLS: u32 = 3;
+/// The journal section: 16 bytes, the checksum of the journal record at
+/// the snapshot's seq (u32, little-endian), then zeros. Absent when the
+/// writer did not know it (a state of seq 0, or one rebuilt from a
+/// snapshot of before format 7 with no record applied since).
+const SECTION_JOURNAL: u32 = 4;
+const SECTION_JOURNAL_LEN: usize = 16;
 const SECTION_HEAD: usize = 16;
 
 /// Errors of snapshot files.
@@ -70,6 +86,13 @@ pub enum SnapshotError {
         version: u32,
         current: u32,
     },
+    #[error("snapshot {path} was not taken from this journal: it follows a record of checksum {tied:#010x} at seq {seq}, and the journal's record at that seq has checksum {found:#010x} (a snapshot copied from another venue, or a journal replaced); passed over")]
+    OtherJournal {
+        path: PathBuf,
+        seq: u64,
+        tied: u32,
+        found: u32,
+    },
 }
 
 /// The file name of the snapshot as of `seq`.
@@ -77,11 +100,17 @@ pub fn file_name(seq: u64) -> String {
     format!("{seq:020}.snap")
 }
 
-/// Writes a snapshot of `state` into `dir`; returns its path. The order
-/// and fill lists are taken out of `state` while the rest is encoded and
-/// put back before this returns, whatever happens.
-pub fn write(dir: &Path, state: &mut State) -> Result<PathBuf, SnapshotError> {
-    let temporary = write_temporary(dir, state, SECTION_ITEMS)?;
+/// Writes a snapshot of `state` into `dir`; returns its path. `journal`
+/// is the checksum of the journal record at `state.last_seq` (see
+/// [`journal::Journal::last_record_crc`], [`journal::Record::crc`]), when
+/// known. The order and fill lists are taken out of `state` while the rest
+/// is encoded and put back before this returns, whatever happens.
+pub fn write(
+    dir: &Path,
+    state: &mut State,
+    journal: Option<u32>,
+) -> Result<PathBuf, SnapshotError> {
+    let temporary = write_temporary(dir, state, journal, SECTION_ITEMS)?;
     publish(dir, &temporary, state.last_seq)
 }
 
@@ -139,12 +168,13 @@ pub(crate) fn publish(dir: &Path, temporary: &Path, seq: u64) -> Result<PathBuf,
 pub(crate) fn write_temporary(
     dir: &Path,
     state: &mut State,
+    journal: Option<u32>,
     per_section: usize,
 ) -> Result<PathBuf, SnapshotError> {
     fs::create_dir_all(dir).map_err(io(dir))?;
     let temporary = temporary_path(dir, state.last_seq);
     let file = fs::File::create(&temporary).map_err(io(&temporary))?;
-    let written = write_file(file, state, per_section, WRITE_BUFFER)
+    let written = write_file(file, state, journal, per_section, WRITE_BUFFER)
         .map_err(|e| match e {
             Failure::Io(error) => SnapshotError::Io {
                 path: temporary.clone(),
@@ -184,6 +214,7 @@ impl From<std::io::Error> for Failure {
 fn write_file<W: Write + Seek>(
     out: W,
     state: &mut State,
+    journal: Option<u32>,
     per_section: usize,
     buffer: usize,
 ) -> Result<W, Failure> {
@@ -199,6 +230,11 @@ fn write_file<W: Write + Seek>(
             len: 0,
         };
         payload.out.write_all(&[0u8; HEADER_LEN])?;
+        if let Some(crc) = journal {
+            let mut section = [0u8; SECTION_JOURNAL_LEN];
+            section[..4].copy_from_slice(&crc.to_le_bytes());
+            put_section(&mut payload, SECTION_JOURNAL, &section)?;
+        }
         encode_sections(
             &mut payload,
             state,
@@ -284,18 +320,90 @@ fn append_section<W: Write>(
             ))
         }
     };
+    put_section(payload, kind, &bytes)?;
+    Ok(())
+}
+
+/// Writes one section: its head (kind, length), its bytes, zeros to the
+/// next multiple of 16.
+fn put_section<W: Write>(payload: &mut Payload<W>, kind: u32, bytes: &[u8]) -> std::io::Result<()> {
     let mut head = [0u8; SECTION_HEAD];
     head[..4].copy_from_slice(&kind.to_le_bytes());
     head[8..].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
     payload.put(&head)?;
-    payload.put(&bytes)?;
+    payload.put(bytes)?;
     let pad = bytes.len().next_multiple_of(SECTION_HEAD) - bytes.len();
-    payload.put(&[0u8; SECTION_HEAD][..pad])?;
-    Ok(())
+    payload.put(&[0u8; SECTION_HEAD][..pad])
 }
 
 /// Reads and checks one snapshot file.
 pub fn load(path: &Path) -> Result<State, SnapshotError> {
+    load_tied(path).map(|(state, _)| state)
+}
+
+/// Reads and checks one snapshot file; returns the state and the checksum
+/// of the journal record it was taken after, when the file names it
+/// (format 7 on).
+pub fn load_tied(path: &Path) -> Result<(State, Option<u32>), SnapshotError> {
+    load_checked(path, None)
+}
+
+/// Loads a snapshot to go on from with the journal in `journal_dir`: as
+/// [`load_tied`], but a snapshot that names a record the journal holds
+/// with another checksum is refused ([`SnapshotError::OtherJournal`]),
+/// before its state is decoded. One whose record the journal no longer
+/// holds (its segments removed) or that names none (before format 7) is
+/// taken as it is.
+pub fn load_for(path: &Path, journal_dir: &Path) -> Result<(State, Option<u32>), SnapshotError> {
+    load_checked(path, Some(journal_dir))
+}
+
+/// The seq a snapshot file holds and the checksum of the journal record it
+/// names (format 7 on), from its header and first section only: a look
+/// for tools that compare snapshots with a journal without loading them
+/// (the payload's checksum is not checked here; [`load`] does).
+pub fn journal_tie(path: &Path) -> Result<(u64, Option<u32>), SnapshotError> {
+    use std::io::Read;
+    let damaged = |reason: &str| SnapshotError::Damaged {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    };
+    let mut head = [0u8; HEADER_LEN + SECTION_HEAD + SECTION_JOURNAL_LEN];
+    let mut file = fs::File::open(path).map_err(io(path))?;
+    let mut got = 0;
+    while got < head.len() {
+        match file.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(path)(e)),
+        }
+    }
+    if got < HEADER_LEN || &head[..8] != MAGIC {
+        return Err(damaged("no snapshot header"));
+    }
+    let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+    if !VERSIONS_READ.contains(&version) {
+        return Err(damaged("format version of another build"));
+    }
+    let seq = u64::from_le_bytes(head[16..24].try_into().expect("8 bytes"));
+    Ok((seq, journal_section(&head[HEADER_LEN..got])))
+}
+
+/// The checksum of the journal's record at `seq`, if the journal holds a
+/// whole one there. A journal that cannot be read here is left for the
+/// replay that follows to report.
+fn journal_crc_at(dir: &Path, seq: u64) -> Option<u32> {
+    let mut reader = journal::Reader::open(dir).ok()?;
+    reader.seek(seq).ok()?;
+    let record = reader.next().ok()??;
+    (record.seq == seq).then_some(record.crc)
+}
+
+fn load_checked(
+    path: &Path,
+    journal_dir: Option<&Path>,
+) -> Result<(State, Option<u32>), SnapshotError> {
     let damaged = |reason: String| SnapshotError::Damaged {
         path: path.to_path_buf(),
         reason,
@@ -344,7 +452,22 @@ pub fn load(path: &Path) -> Result<State, SnapshotError> {
     if crc32fast::hash(payload) != crc {
         return Err(damaged("checksum mismatch".into()));
     }
-    let state = decode_sections(payload).map_err(damaged)?;
+    if let (Some(dir), Some(tied)) = (journal_dir, journal_section(payload)) {
+        if let Some(found) = journal_crc_at(dir, seq).filter(|&found| found != tied) {
+            return Err(SnapshotError::OtherJournal {
+                path: path.to_path_buf(),
+                seq,
+                tied,
+                found,
+            });
+        }
+    }
+    let (state, journal) = decode_sections(payload).map_err(damaged)?;
+    if journal.is_some() && version < 7 {
+        return Err(damaged(format!(
+            "a journal section in a snapshot of format {version}"
+        )));
+    }
     if state.last_seq != seq {
         return Err(damaged(format!(
             "holds seq {}, header says {seq}",
@@ -361,7 +484,7 @@ pub fn load(path: &Path) -> Result<State, SnapshotError> {
             current: sequencer::limits::RULES_CURRENT,
         });
     }
-    Ok(state)
+    Ok((state, journal))
 }
 
 /// Snapshot files in `dir` with their seq, newest first.
@@ -381,11 +504,26 @@ pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
     found
 }
 
+/// The checksum a payload's journal section names, if it starts with one
+/// (the writer puts it first). Only a look ahead: `decode_sections` checks
+/// the whole.
+fn journal_section(payload: &[u8]) -> Option<u32> {
+    let head = payload.get(..SECTION_HEAD)?;
+    let kind = u32::from_le_bytes(head[0..4].try_into().ok()?);
+    let len = u64::from_le_bytes(head[8..16].try_into().ok()?);
+    if kind != SECTION_JOURNAL || len != SECTION_JOURNAL_LEN as u64 {
+        return None;
+    }
+    let bytes = payload.get(SECTION_HEAD..SECTION_HEAD + 4)?;
+    Some(u32::from_le_bytes(bytes.try_into().ok()?))
+}
+
 /// Decodes a payload: the sections are found first, then decoded
 /// on two threads (the shell and the fills on one, the orders on the
 /// other), and the lists put back in order.
-fn decode_sections(payload: &[u8]) -> Result<State, String> {
+fn decode_sections(payload: &[u8]) -> Result<(State, Option<u32>), String> {
     let mut shell = None;
+    let mut journal = None;
     let (mut orders, mut fills) = (Vec::new(), Vec::new());
     let mut at = 0;
     while at < payload.len() {
@@ -405,6 +543,9 @@ fn decode_sections(payload: &[u8]) -> Result<State, String> {
             SECTION_SHELL if shell.is_none() => shell = Some(bytes),
             SECTION_ORDERS => orders.push(bytes),
             SECTION_FILLS => fills.push(bytes),
+            SECTION_JOURNAL if journal.is_none() && bytes.len() == SECTION_JOURNAL_LEN => {
+                journal = Some(u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")));
+            }
             _ => return Err(format!("an unexpected section of kind {kind} at byte {at}")),
         }
         at = end.next_multiple_of(SECTION_HEAD);
@@ -463,7 +604,7 @@ fn decode_sections(payload: &[u8]) -> Result<State, String> {
             Section::Shell(_) => return Err("a second state section".into()),
         }
     }
-    Ok(state)
+    Ok((state, journal))
 }
 
 /// One decoded section.
@@ -473,16 +614,21 @@ enum Section {
     Fills(Vec<Fill>),
 }
 
-/// The newest valid snapshot at or before `max_seq`, and the damaged ones
-/// that were skipped on the way.
-pub fn newest(dir: &Path, max_seq: u64) -> (Option<State>, Vec<SnapshotError>) {
+/// The newest valid snapshot at or before `max_seq` taken from the journal
+/// in `journal_dir` (see [`load_for`]), with the checksum it names, and the
+/// snapshots that were skipped on the way.
+pub fn newest(
+    dir: &Path,
+    max_seq: u64,
+    journal_dir: &Path,
+) -> (Option<(State, Option<u32>)>, Vec<SnapshotError>) {
     let mut skipped = Vec::new();
     for (seq, path) in list(dir) {
         if seq > max_seq {
             continue;
         }
-        match load(&path) {
-            Ok(state) => return (Some(state), skipped),
+        match load_for(&path, journal_dir) {
+            Ok(found) => return (Some(found), skipped),
             Err(e) => skipped.push(e),
         }
     }
@@ -507,18 +653,29 @@ mod tests {
             last_seq: 77,
             ..State::default()
         };
-        let path = write(dir.path(), &mut state).unwrap();
-        assert_eq!(load(&path).unwrap(), state);
+        let path = write(dir.path(), &mut state, Some(0xdead_beef)).unwrap();
+        assert_eq!(
+            load_tied(&path).unwrap(),
+            (state.clone(), Some(0xdead_beef))
+        );
         let good = fs::read(&path).unwrap();
-        assert_eq!(good[8..12], 6u32.to_le_bytes(), "written as format 6");
-        // Format 5, the same layout from the build before rules 2, loads.
-        let five = dir.path().join("five.snap");
-        fs::write(
-            &five,
-            [&good[..8], &5u32.to_le_bytes(), &good[12..]].concat(),
-        )
-        .unwrap();
-        assert_eq!(load(&five).unwrap(), state);
+        assert_eq!(good[8..12], 7u32.to_le_bytes(), "written as format 7");
+        // Formats 5 and 6, the same layout with no journal section, load;
+        // a journal section in them is not theirs.
+        let untied = fs::read(write(dir.path(), &mut state, None).unwrap()).unwrap();
+        let older = dir.path().join("older.snap");
+        for version in [5u32, 6] {
+            let relabel =
+                |bytes: &[u8]| [&bytes[..8], &version.to_le_bytes(), &bytes[12..]].concat();
+            fs::write(&older, relabel(&untied)).unwrap();
+            assert_eq!(load_tied(&older).unwrap(), (state.clone(), None));
+            fs::write(&older, relabel(&good)).unwrap();
+            let reason = damaged(&older);
+            assert!(
+                reason.contains("a journal section in a snapshot of format"),
+                "{reason}"
+            );
+        }
         let broken = dir.path().join("broken.snap");
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (good[..HEADER_LEN - 1].to_vec(), "no snapshot header"),
@@ -638,7 +795,7 @@ mod tests {
             let taken = state.fills.take_items();
             state.fills.put_back_items(wrap(taken));
             let before = state.clone();
-            let temporary = write_temporary(dir.path(), &mut state, per_section).unwrap();
+            let temporary = write_temporary(dir.path(), &mut state, None, per_section).unwrap();
             let path = publish(dir.path(), &temporary, state.last_seq).unwrap();
             assert_eq!(state, before, "write leaves the state as it was");
             assert_eq!(
@@ -656,7 +813,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let mut state = history(orders, fills);
             let before = state.clone();
-            let temporary = write_temporary(dir.path(), &mut state, per_section).unwrap();
+            let temporary = write_temporary(dir.path(), &mut state, None, per_section).unwrap();
             assert!(list(dir.path()).is_empty(), "not a snapshot before publish");
             let path = publish(dir.path(), &temporary, state.last_seq).unwrap();
             assert_eq!(list(dir.path()), vec![(state.last_seq, path.clone())]);
@@ -707,6 +864,7 @@ mod tests {
                 room: u64::MAX,
             },
             &mut state,
+            Some(1),
             16,
             64,
         )
@@ -731,7 +889,7 @@ mod tests {
             };
             // A 64-byte buffer: the file fills up in the middle of a
             // section, not only at the last flush.
-            match write_file(full, &mut state, 16, 64) {
+            match write_file(full, &mut state, Some(1), 16, 64) {
                 Err(Failure::Io(e)) => assert!(e.to_string().contains("no space"), "{e}"),
                 Err(other) => panic!("room {room}: {other:?}"),
                 Ok(_) => panic!("room {room}: a snapshot of {} bytes fitted", whole.len()),
@@ -779,6 +937,6 @@ mod tests {
         }
         let mut aligned = AlignedVec::<16>::new();
         aligned.extend_from_slice(&good);
-        assert_eq!(decode_sections(&aligned).unwrap(), State::default());
+        assert_eq!(decode_sections(&aligned).unwrap(), (State::default(), None));
     }
 }

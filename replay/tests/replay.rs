@@ -129,6 +129,72 @@ fn a_damaged_snapshot_is_skipped_for_an_older_one_or_the_journal() {
     assert_eq!(outcome.state.state_hash(), live.state_hash());
 }
 
+/// A snapshot copied in from another venue, at a seq this journal holds,
+/// is passed over and named (its journal record's checksum is not the
+/// one this journal has there), by a node's start and by a replay alike;
+/// the venue's own snapshots are tied to its journal and still used.
+#[test]
+fn a_snapshot_of_another_journal_is_passed_over() {
+    let commands = scenario();
+    let half = commands.len() / 2;
+    let other = tempfile::tempdir().unwrap();
+    run_live(other.path(), &commands, Some(half));
+    let theirs = snapshot::list(&other.path().join("snapshots"));
+    let (seq, path) = theirs.first().expect("a snapshot of the other venue");
+    // This venue ran the same commands a millisecond later: the same
+    // seqs, other records.
+    let later: Vec<Stamped> = commands
+        .iter()
+        .map(|c| Stamped {
+            ts_ms: c.ts_ms + 1,
+            ..c.clone()
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let live = run_live(dir.path(), &later, Some(3));
+    let ours = snapshot::list(&dir.path().join("snapshots"));
+    let (own_seq, own) = ours.first().expect("a snapshot of its own");
+    assert!(own_seq < seq, "the copied one is the newest");
+    assert!(snapshot::load_tied(own).unwrap().1.is_some(), "tied");
+    std::fs::copy(
+        path,
+        dir.path().join("snapshots").join(snapshot::file_name(*seq)),
+    )
+    .unwrap();
+
+    let outcome = replay(
+        &dir.path().join("journal"),
+        Some(&dir.path().join("snapshots")),
+        Until::End,
+    )
+    .unwrap();
+    assert_eq!(outcome.from_snapshot, Some(*own_seq));
+    assert_eq!(outcome.skipped_snapshots.len(), 1);
+    assert!(
+        outcome.skipped_snapshots[0].contains("was not taken from this journal"),
+        "{:?}",
+        outcome.skipped_snapshots
+    );
+    assert_eq!(outcome.state, live);
+
+    let (node, report) = Node::open(node_config(dir.path()), T0).unwrap();
+    assert_eq!(report.from_snapshot, Some(*own_seq));
+    assert!(report.skipped_snapshots[0].contains(&format!("at seq {seq}")));
+    assert_eq!(node.state(), &live);
+    // A snapshot it writes now names the journal's last record, as a
+    // replay to the end knows it.
+    drop(node);
+    let (mut node, _) = Node::open(node_config(dir.path()), T0).unwrap();
+    let written = node.snapshot().unwrap().unwrap();
+    drop(node);
+    let again = replay(&dir.path().join("journal"), None, Until::End).unwrap();
+    assert_eq!(
+        snapshot::load_tied(&written).unwrap().1,
+        again.last_record_crc
+    );
+    assert!(again.last_record_crc.is_some());
+}
+
 #[test]
 fn a_restarted_node_continues_where_it_stopped() {
     let dir = tempfile::tempdir().unwrap();
@@ -347,7 +413,7 @@ fn a_journal_with_newer_rules_is_refused_not_replayed_under_older_ones() {
     let mut state = replay(&journal, None, Until::Seq(seq - 1)).unwrap().state;
     state.last_seq = seq;
     state.rules = newer;
-    let path = snapshot::write(&snapshots, &mut state).unwrap();
+    let path = snapshot::write(&snapshots, &mut state, None).unwrap();
     let skipped = snapshot::load(&path).expect_err("passed over");
     assert!(
         skipped.to_string().contains(&format!(
@@ -473,15 +539,20 @@ fn a_torn_only_record_after_removed_segments_restarts_from_the_snapshot_before_i
     }
 
     // A snapshot through `last - 1`, as the operator kept before trimming.
-    let mut before = replay(
+    let copy = replay(
         &journal_dir_of_copy(&dir, &commands, rolled),
         None,
         Until::End,
     )
-    .unwrap()
-    .state;
+    .unwrap();
+    let mut before = copy.state;
     assert_eq!(before.last_seq, last - 1);
-    snapshot::write(&dir.path().join("snapshots"), &mut before).unwrap();
+    snapshot::write(
+        &dir.path().join("snapshots"),
+        &mut before,
+        copy.last_record_crc,
+    )
+    .unwrap();
     let (mut node, report) = Node::open(config, T0).unwrap();
     assert_eq!(report.from_snapshot, Some(last - 1));
     assert_eq!(report.recovery.next_seq, Some(last));

@@ -42,9 +42,19 @@ fn a_snapshot_job_holds_the_state_it_was_taken_at() {
         snapshot::list(&snapshots),
         vec![(taken.last_seq, path.clone())]
     );
-    let loaded = snapshot::load(&path).unwrap();
+    let (loaded, tie) = snapshot::load_tied(&path).unwrap();
     assert_eq!(loaded.state_hash(), taken.state_hash());
     assert_eq!(loaded, taken);
+    // Tied to the journal record it was taken after, as a replay to that
+    // seq reads it (the forked writer and the copy alike).
+    let upto = replay::replay(
+        &dir.path().join("journal"),
+        None,
+        replay::Until::Seq(taken.last_seq),
+    )
+    .unwrap();
+    assert_eq!(tie, upto.last_record_crc);
+    assert!(tie.is_some());
 
     // A job never written (the snapshot thread gone): its writer is
     // stopped and its file removed, no snapshot appears.

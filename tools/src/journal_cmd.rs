@@ -699,6 +699,19 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
     let newest_snapshot = source
         .snapshot_dir()
         .and_then(|d| replay::snapshot::list(&d).into_iter().next());
+    // Every snapshot's seq and the journal record it names, to compare
+    // with the records as they are read.
+    let ties: BTreeMap<u64, (std::path::PathBuf, u32)> = source
+        .snapshot_dir()
+        .map(|d| replay::snapshot::list(&d))
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(_, path)| match replay::snapshot::journal_tie(&path) {
+            Ok((seq, Some(crc))) => Some((seq, (path, crc))),
+            _ => None,
+        })
+        .collect();
+    let mut mismatched = Vec::new();
     let mut report = journal::verify(&dir)?;
     // On a journal being written, the record in flight (payload written,
     // marker not yet) looks like a torn tail: look again before saying so.
@@ -813,6 +826,9 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
             }
             last_ts = stamped.ts_ms;
             times = Some((times.map_or(stamped.ts_ms, |t| t.0), stamped.ts_ms));
+            if let Some((path, tied)) = ties.get(&r.seq).filter(|(_, tied)| *tied != r.crc) {
+                mismatched.push((r.seq, path.clone(), *tied, r.crc));
+            }
         }
     }
     // A snapshot is written only once the journal holds its seq: one past
@@ -844,7 +860,20 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
         ))
         .into());
     }
+    // Not damage of the journal (which of the two is foreign, this
+    // output cannot know), and no start goes on from such a snapshot: a
+    // warning, beside the verdict.
+    for (seq, path, tied, found) in &mismatched {
+        eprintln!(
+            "warning: snapshot {} was not taken from this journal: it follows a record of checksum {tied:#010x} at seq {seq}, the journal's has {found:#010x} (a start passes it over)",
+            path.display()
+        );
+    }
     if json {
+        let other: Vec<_> = mismatched
+            .iter()
+            .map(|(seq, path, _, _)| json!({ "snapshot": path.display().to_string(), "seq": seq }))
+            .collect();
         println!(
             "{}",
             json!({
@@ -852,6 +881,7 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
                 "first_seq": report.first_seq, "last_seq": report.last_seq,
                 "first_ts_ms": times.map(|t| t.0), "last_ts_ms": times.map(|t| t.1),
                 "payloads_decoded": !bytes_only,
+                "snapshots_of_other_journals": other,
             })
         );
     } else {

@@ -881,7 +881,7 @@ pub fn snapshot_cmd(args: SnapshotArgs) -> Result<()> {
     let from = args.source.snapshot_dir();
     let until = until_of(args.until_seq, None);
     let (mut outcome, secs) = rebuild(&journal, from.as_deref(), until, args.progress)?;
-    let path = snapshot::write(&dir, &mut outcome.state)
+    let path = snapshot::write(&dir, &mut outcome.state, outcome.last_record_crc)
         .with_context(|| format!("writing a snapshot into {}", dir.display()))?;
     let state = &outcome.state;
     println!(

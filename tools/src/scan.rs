@@ -267,7 +267,12 @@ impl Scanner {
             (None, None)
         } else {
             let snap = source.snapshot_dir().and_then(|d| {
-                newest_snapshot_before(&d, (from_seq > 0).then_some(from_seq), selection.from_time)
+                newest_snapshot_before(
+                    &d,
+                    &dir,
+                    (from_seq > 0).then_some(from_seq),
+                    selection.from_time,
+                )
             });
             let from = snap.as_ref().map(|s| s.last_seq);
             (Some(snap.unwrap_or_default()), from)
@@ -400,8 +405,13 @@ impl Scanner {
 
 /// The newest valid snapshot holding only commands before `seq` and before
 /// `time`, whichever are given (none when neither is: the scan starts at
-/// the first record).
-fn newest_snapshot_before(dir: &Path, seq: Option<u64>, time: Option<u64>) -> Option<State> {
+/// the first record), taken from the journal in `journal_dir`.
+fn newest_snapshot_before(
+    dir: &Path,
+    journal_dir: &Path,
+    seq: Option<u64>,
+    time: Option<u64>,
+) -> Option<State> {
     if seq.is_none() && time.is_none() {
         return None;
     }
@@ -409,8 +419,8 @@ fn newest_snapshot_before(dir: &Path, seq: Option<u64>, time: Option<u64>) -> Op
         if seq.is_some_and(|seq| snap_seq >= seq) {
             continue;
         }
-        match snapshot::load(&path) {
-            Ok(state) if time.is_none_or(|time| state.now_ms < time) => return Some(state),
+        match snapshot::load_for(&path, journal_dir) {
+            Ok((state, _)) if time.is_none_or(|time| state.now_ms < time) => return Some(state),
             Ok(_) => {}
             Err(e) => eprintln!("warning: skipping {e}"),
         }

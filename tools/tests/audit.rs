@@ -891,6 +891,11 @@ fn simulated_journal_every_subcommand() {
             }
             copy.submit(s.ts_ms, command).unwrap();
             copy.drain_events();
+            if renamed_at == Some(s.seq) {
+                // A snapshot right after the command the journals differ
+                // by: it names a record the original does not hold.
+                copy.snapshot().unwrap();
+            }
         }
         copy.commit().unwrap();
         renamed_at.expect("an order to rename")
@@ -968,6 +973,59 @@ fn simulated_journal_every_subcommand() {
         updown_status(&["replay", "--data-dir", d, "--compare", b]),
         Some(2)
     );
+    // A snapshot of the original at the seq the journals differ by,
+    // written by the offline tool, put in place of the renamed journal's
+    // own: verify warns and names it (the journal itself is whole), and a
+    // replay passes it over.
+    let mixed = tempfile::tempdir().unwrap();
+    copy_dir(renamed.path(), mixed.path());
+    let m = p(mixed.path());
+    let foreign = snapshot::file_name(renamed_at);
+    let theirs = tempfile::tempdir().unwrap();
+    updown_ok(&[
+        "snapshot",
+        "--data-dir",
+        d,
+        "--snapshots",
+        p(theirs.path()),
+        "--until-seq",
+        &renamed_at.to_string(),
+    ]);
+    std::fs::copy(
+        theirs.path().join(&foreign),
+        mixed.path().join("snapshots").join(&foreign),
+    )
+    .unwrap();
+    let (ok, out, err) = updown(&["journal", "verify", "--data-dir", m]);
+    assert!(ok && out.starts_with("OK"), "{out}");
+    assert!(
+        err.contains("was not taken from this journal") && err.contains(&foreign),
+        "{err}"
+    );
+    let v = json_one(&updown_ok(&[
+        "journal",
+        "verify",
+        "--data-dir",
+        m,
+        "--json",
+    ]));
+    assert_eq!(
+        v["snapshots_of_other_journals"][0]["seq"], renamed_at,
+        "{v}"
+    );
+    let (ok, out, err) = updown(&["replay", "--data-dir", m, "--json"]);
+    assert!(ok, "{err}");
+    let summary = json_one(&out);
+    assert!(summary["from_snapshot"].is_null(), "{summary}");
+    assert!(err.contains("was not taken from this journal"), "{err}");
+    let own = json_one(&updown_ok(&[
+        "replay",
+        "--data-dir",
+        p(renamed.path()),
+        "--json",
+    ]));
+    assert_eq!(own["from_snapshot"], renamed_at, "its own is tied to it");
+    assert_eq!(summary["state_hash"], own["state_hash"]);
     let (ok, out, err) = updown(&["journal", "verify", "--data-dir", b]);
     assert!(!ok);
     assert!(
