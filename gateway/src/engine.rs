@@ -506,13 +506,16 @@ fn run(
         commit_tx,
         committer,
     } = helpers;
+    // Where the journal left off: a clock behind it does not stamp
+    // commands before it (the node would stamp them there anyway).
+    let last_ts = node.state().now_ms;
     let mut this = Loop {
         node,
         settings,
         metrics: metrics.clone(),
         failures,
         buckets: HashMap::new(),
-        last_ts: 0,
+        last_ts,
         snapshot_seq: 0,
         snapshots,
         snapshot_busy: snapshot_busy.clone(),

@@ -340,10 +340,17 @@ impl Node {
     /// Stamps a command with the next seq and `ts_ms`, appends it to the
     /// journal, applies it and returns its seq and reply. Its events are
     /// appended to [`Node::events`]. Durability comes with [`Node::commit`].
+    ///
+    /// A stamp never goes back: `ts_ms` before the state's time (a clock
+    /// stepped back since the journal's last record, or a data directory
+    /// moved to a host whose clock is behind) is stamped at the state's
+    /// time, so the journal's times stay in order for every reader that
+    /// looks a moment up by time.
     pub fn submit(&mut self, ts_ms: u64, command: Command) -> Result<(u64, Reply), NodeError> {
         if let Some(why) = &self.failed {
             return Err(NodeError::Stopped(why.clone()));
         }
+        let ts_ms = ts_ms.max(self.state.now_ms);
         let seq = self.state.last_seq + 1;
         let stamped = Stamped {
             seq,

@@ -195,6 +195,31 @@ fn a_snapshot_of_another_journal_is_passed_over() {
     assert!(again.last_record_crc.is_some());
 }
 
+/// A node reopened on a host whose clock is behind its journal stamps
+/// its commands (its opening ones too) at the journal's time, never
+/// before it: the journal's times stay in order.
+#[test]
+fn a_clock_behind_the_journal_never_stamps_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let commands = scenario();
+    let live = run_live(dir.path(), &commands, None);
+    let (mut node, _) = Node::open(node_config(dir.path()), T0).unwrap();
+    assert!(live.now_ms > T0 + 1_000, "the scenario moves time on");
+    let (seq, _) = node.submit(T0, commands[0].command.clone()).unwrap();
+    node.commit().unwrap();
+    drop(node);
+    let mut reader = journal::Reader::open(&dir.path().join("journal")).unwrap();
+    let mut last = 0;
+    while let Some(record) = reader.next().unwrap() {
+        let stamped = replay::codec::decode(record.seq, record.payload).unwrap();
+        assert!(stamped.ts_ms >= last, "seq {} goes back", record.seq);
+        last = stamped.ts_ms;
+        if record.seq == seq {
+            assert_eq!(stamped.ts_ms, live.now_ms);
+        }
+    }
+}
+
 #[test]
 fn a_restarted_node_continues_where_it_stopped() {
     let dir = tempfile::tempdir().unwrap();
