@@ -471,6 +471,9 @@ struct Loop {
     snapshot_busy: Arc<AtomicBool>,
     /// The journal's own syncs already added to the metrics.
     journal_synced: journal::SyncCount,
+    /// Whether the journal's next segment could not be built ahead, as
+    /// last reported.
+    next_segment_failed: bool,
 }
 
 /// The threads the sequencer hands work to, and what it shares with them.
@@ -520,6 +523,7 @@ fn run(
         snapshots,
         snapshot_busy: snapshot_busy.clone(),
         journal_synced: journal::SyncCount::default(),
+        next_segment_failed: false,
     };
     let mut batch: Vec<Job> = Vec::with_capacity(BATCH_MAX);
     let mut synced_after_failure = false;
@@ -604,6 +608,7 @@ fn run(
             this.node.state().last_seq,
         );
         this.maybe_snapshot();
+        this.watch_next_segment();
         if stop.load(Ordering::SeqCst) && rx.is_empty() {
             break;
         }
@@ -805,6 +810,28 @@ impl Pending {
 }
 
 impl Loop {
+    /// Reports, once and as soon as it is known, that the journal's next
+    /// segment could not be built ahead (and once more when it could after
+    /// all): the roll that needs it would stop the journal, and the
+    /// operator has until then to free space.
+    fn watch_next_segment(&mut self) {
+        let problem = self.node.next_segment_problem();
+        let failed = problem.is_some();
+        if failed != self.next_segment_failed {
+            match problem {
+                Some(why) => tracing::error!(
+                    error = %why,
+                    "the journal's next segment could not be built ahead: the journal stops at the roll that needs it unless this is mended (free disk space); trying again every second"
+                ),
+                None => tracing::info!("the journal's next segment is built after all"),
+            }
+            self.next_segment_failed = failed;
+            self.metrics
+                .journal_next_segment_failed
+                .store(u64::from(failed), Ordering::Relaxed);
+        }
+    }
+
     /// The stamp for the next command: wall time, never going backwards.
     fn stamp(&mut self) -> u64 {
         self.last_ts = self.last_ts.max(now_ms());
@@ -1024,8 +1051,13 @@ mod tests {
 
     /// A sequencer loop on a fresh journal in `dir`, not running.
     fn test_loop(dir: &std::path::Path) -> Loop {
+        test_loop_with(journal::JournalConfig::new(dir.join("journal")))
+    }
+
+    /// A sequencer loop on a fresh journal made with `journal`, not running.
+    fn test_loop_with(journal: journal::JournalConfig) -> Loop {
         let config = replay::NodeConfig {
-            journal: journal::JournalConfig::new(dir.join("journal")),
+            journal,
             snapshot_dir: None,
             venue: sequencer::VenueConfig::default(),
             history_dir: None,
@@ -1051,7 +1083,49 @@ mod tests {
             snapshots,
             snapshot_busy: Arc::new(AtomicBool::new(false)),
             journal_synced: journal::SyncCount::default(),
+            next_segment_failed: false,
         }
+    }
+
+    /// A next journal segment that cannot be built ahead shows on the
+    /// metric before the roll that needs it, and leaves it once built.
+    #[test]
+    fn a_next_segment_that_cannot_be_built_shows_on_the_metric() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal_dir = dir.path().join("journal");
+        let mut config = journal::JournalConfig::new(&journal_dir);
+        config.segment_bytes = 64 * 1024;
+        let mut this = test_loop_with(config);
+        let failed = |this: &Loop| {
+            this.metrics
+                .journal_next_segment_failed
+                .load(Ordering::Relaxed)
+        };
+        let watch_until = |this: &mut Loop, want: u64| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while failed(this) != want && Instant::now() < deadline {
+                this.watch_next_segment();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            failed(this)
+        };
+        assert_eq!(watch_until(&mut this, 0), 0);
+        // The temporary name of segment 2 taken: its build fails once
+        // segment 1 is in use.
+        let blocker = journal_dir.join(format!("{:020}.seg.tmp", 2));
+        std::fs::create_dir(&blocker).unwrap();
+        while !journal::segment_path(&journal_dir, 1).exists() {
+            let command = Command::CancelOrder {
+                key: 9,
+                order_id: 1,
+            };
+            this.node.submit(now_ms(), command).unwrap();
+            this.node.drain_events();
+        }
+        this.node.commit().unwrap();
+        assert_eq!(watch_until(&mut this, 1), 1, "reported before the roll");
+        std::fs::remove_dir(&blocker).unwrap();
+        assert_eq!(watch_until(&mut this, 0), 0, "cleared once built");
     }
 
     /// A read nobody waits for any more is skipped (its closure never runs)

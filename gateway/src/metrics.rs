@@ -51,6 +51,10 @@ pub struct Metrics {
     /// 1 once the journal has failed (a full disk, an I/O error): the
     /// venue answers reads and refuses every write until a restart.
     pub journal_failed: AtomicU64,
+    /// 1 while the journal's next segment could not be built ahead (a
+    /// full disk, most often): the roll that needs it will fail the same
+    /// way, and stop the journal, unless the cause goes first.
+    pub journal_next_segment_failed: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -70,6 +74,7 @@ impl Default for Metrics {
             journal_syncs: AtomicU64::new(0),
             journal_sync_us: AtomicU64::new(0),
             journal_failed: AtomicU64::new(0),
+            journal_next_segment_failed: AtomicU64::new(0),
         }
     }
 }
@@ -195,6 +200,11 @@ impl Metrics {
                 "updown_journal_failed",
                 "gauge",
                 self.journal_failed.load(Ordering::Relaxed),
+            ),
+            (
+                "updown_journal_next_segment_failed",
+                "gauge",
+                self.journal_next_segment_failed.load(Ordering::Relaxed),
             ),
             (
                 "updown_rate_limited_total",

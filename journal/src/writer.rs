@@ -143,6 +143,12 @@ pub struct Journal {
     /// preallocating, syncing and mapping 64 MiB took tens of milliseconds
     /// on the appending thread at every roll.
     preparing: Option<Preparing>,
+    /// The next segment, built and waiting for its roll (taken out of
+    /// `preparing` by [`Journal::next_segment_problem`]).
+    ready: Option<Prepared>,
+    /// Why the last attempt to build the next segment failed, and when it
+    /// was made; cleared once one succeeds.
+    prepare_failed: Option<(String, Instant)>,
     /// Syncs this writer made itself (every append under `Always`, due
     /// commits under `IntervalMs`, rolls), and the time they took; the
     /// syncs of handed-out [`SyncPoint`]s are their caller's to count.
@@ -211,6 +217,9 @@ pub fn writer_running(dir: &Path) -> Result<bool, JournalError> {
         }
     }
 }
+
+/// How long after a failed build of the next segment it is tried again.
+pub const PREPARE_RETRY: Duration = Duration::from_secs(1);
 
 /// A segment being built on its own thread; joining it gives the result
 /// and leaves no thread behind.
@@ -430,6 +439,8 @@ impl Journal {
             poisoned: false,
             deferred: false,
             preparing: None,
+            ready: None,
+            prepare_failed: None,
             syncs: SyncCount::default(),
             lock_identity: lock.metadata().ok().as_ref().and_then(identity),
             _lock: lock,
@@ -757,6 +768,8 @@ impl Journal {
             pos: SEGMENT_HEADER_LEN,
             synced: SEGMENT_HEADER_LEN,
         });
+        // What failed before was the build of the segment now in place.
+        self.prepare_failed = None;
         self.prepare_next(retired);
         Ok(())
     }
@@ -781,10 +794,58 @@ impl Journal {
             .ok();
     }
 
+    /// Why the segment the next roll needs could not be built ahead (a full
+    /// disk, most often), as soon as its builder has finished: that roll
+    /// builds it itself and fails the same way unless the cause goes first,
+    /// which stops the journal. A failed build is tried again at most every
+    /// [`PREPARE_RETRY`] (on a call of this), so the report clears once
+    /// space is freed. `None` while it is being built, once it is built, or
+    /// with nothing to build. Cheap: for a writer's idle moments.
+    pub fn next_segment_problem(&mut self) -> Option<&str> {
+        if self.preparing.as_ref().is_some_and(|p| p.is_finished()) {
+            let finished = self.preparing.take().expect("finished").join();
+            match finished {
+                Ok(Ok(prepared)) => {
+                    if let Some(stale) = self.ready.replace(prepared) {
+                        stale.discard();
+                    }
+                    self.prepare_failed = None;
+                }
+                Ok(Err(e)) => self.prepare_failed = Some((e.to_string(), Instant::now())),
+                Err(_) => {
+                    self.prepare_failed =
+                        Some(("the thread building it panicked".into(), Instant::now()))
+                }
+            }
+        }
+        let retry = self.preparing.is_none()
+            && self.ready.is_none()
+            && self.active.is_some()
+            && !self.poisoned
+            && self
+                .prepare_failed
+                .as_ref()
+                .is_some_and(|(_, at)| at.elapsed() >= PREPARE_RETRY);
+        if retry {
+            self.prepare_next(None);
+        }
+        self.prepare_failed.as_ref().map(|(why, _)| why.as_str())
+    }
+
     /// The prepared segment `index`, waiting for its thread if it is still
     /// at work; `None` when none was prepared or its preparation failed.
     fn take_prepared(&mut self, index: u64) -> Option<Prepared> {
-        let prepared = finish(self.preparing.take()?)?;
+        let prepared = match self.ready.take() {
+            Some(ready) => {
+                if let Some(running) = self.preparing.take() {
+                    if let Some(other) = finish(running) {
+                        other.discard();
+                    }
+                }
+                ready
+            }
+            None => finish(self.preparing.take()?)?,
+        };
         if prepared.index == index {
             Some(prepared)
         } else {
@@ -799,6 +860,9 @@ impl Drop for Journal {
     /// leaves it under its temporary name, which the next open removes).
     fn drop(&mut self) {
         if let Some(prepared) = self.preparing.take().and_then(finish) {
+            prepared.discard();
+        }
+        if let Some(prepared) = self.ready.take() {
             prepared.discard();
         }
     }
@@ -1043,6 +1107,56 @@ mod tests {
         assert!(matches!(j.append(2, 1, b"b"), Err(JournalError::Poisoned)));
         assert!(matches!(j.commit_deferred(), Err(JournalError::Poisoned)));
         assert!(matches!(j.sync(), Err(JournalError::Poisoned)));
+    }
+
+    /// A next segment that cannot be built is reported as soon as its
+    /// builder gives up, long before the roll that needs it; the build is
+    /// tried again, the report clears once it succeeds, and the roll then
+    /// takes that segment.
+    #[test]
+    fn a_next_segment_that_cannot_be_built_is_reported_before_its_roll() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::GroupCommit);
+        let wait_for = |j: &mut Journal, failing: bool| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let problem = j.next_segment_problem().is_some();
+                let done = j.preparing.is_none() && problem == failing;
+                if done || Instant::now() > deadline {
+                    return j.next_segment_problem().map(str::to_string);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        assert_eq!(wait_for(&mut j, false), None, "segment 1 is built ahead");
+        // Segment 2's temporary name taken by a directory: its build fails.
+        let blocker = dir.path().join(format!("{:020}.seg.tmp", 2));
+        std::fs::create_dir(&blocker).unwrap();
+        let mut seq = 1;
+        while j.active.as_ref().map(|a| a.index) != Some(1) {
+            j.append(seq, 1, &[7; 100]).unwrap();
+            seq += 1;
+        }
+        let why = wait_for(&mut j, true).expect("reported before the roll");
+        assert!(why.contains(&format!("{:020}", 2)), "{why}");
+        assert_eq!(j.active.as_ref().unwrap().index, 1, "no roll yet");
+        // Freed: the next try builds it, and the roll uses it.
+        std::fs::remove_dir(&blocker).unwrap();
+        assert_eq!(wait_for(&mut j, false), None, "cleared once built");
+        assert!(j.ready.is_some());
+        while j.active.as_ref().map(|a| a.index) != Some(2) {
+            j.append(seq, 1, &[7; 100]).unwrap();
+            seq += 1;
+        }
+        j.commit().unwrap();
+        assert!(j.ready.is_none(), "taken by the roll");
+        drop(j);
+        let mut reader = crate::Reader::open(dir.path()).unwrap();
+        let mut read = 0;
+        while reader.next().unwrap().is_some() {
+            read += 1;
+        }
+        assert_eq!(read, seq - 1);
     }
 
     /// Rolls take the segment prepared on the other thread: each segment

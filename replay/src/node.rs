@@ -374,6 +374,12 @@ impl Node {
         Ok((seq, reply))
     }
 
+    /// Why the journal's next segment could not be built ahead, while that
+    /// holds (see [`journal::Journal::next_segment_problem`]).
+    pub fn next_segment_problem(&mut self) -> Option<&str> {
+        self.journal.next_segment_problem()
+    }
+
     /// Syncs the journal made itself (see [`journal::Journal::syncs`]).
     pub fn journal_syncs(&self) -> journal::SyncCount {
         self.journal.syncs()
