@@ -61,6 +61,14 @@ pub enum AnswerBody {
         ticker: Arc<str>,
         order: sequencer::state::Order,
     },
+    /// An order that left the live state (`Reply::OrderInHistory`), to be
+    /// read from the history store once it holds what its writer had been
+    /// sent when the sequencer answered (`sent`), shown only to `account`.
+    OrderInHistory {
+        order_id: u64,
+        account: sequencer::types::AccountId,
+        sent: u64,
+    },
 }
 
 /// What the sequencer sends back for a write.

@@ -2570,6 +2570,12 @@ fn orders_and_fills_past_the_history_tail_come_from_the_history_store() {
             // Only to its own account.
             v.get(&order_path(maker), b.key())
                 .err(404, "ORDER_NOT_FOUND");
+            // A retried cancel is always safe (DESIGN §5): the order as
+            // it stands, from the store; to its own account only.
+            let canceled = v.delete(&order_path(maker), a.key());
+            assert_eq!(&canceled.ok(200)["order"], was);
+            v.delete(&order_path(maker), b.key())
+                .err(404, "ORDER_NOT_FOUND");
         }
         let (all, cursor) = fills(v, a.key(), "?limit=10");
         assert_eq!(

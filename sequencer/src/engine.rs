@@ -1545,6 +1545,11 @@ impl State {
             Ok(key) => key.account,
             Err(reject) => return reject.into(),
         };
+        if self.orders.evicted(order_id) {
+            // Ended before the tail: nothing to cancel, the answer is the
+            // order as it stands, from the history store (as a read of it).
+            return Reply::OrderInHistory { order_id, account };
+        }
         let Some(order) = self.order(order_id).filter(|o| o.account == account) else {
             return crate::query::order_not_found(order_id).into();
         };

@@ -152,6 +152,15 @@ pub enum Reply {
     Order { order: Order, created: bool },
     /// The orders a cancel-all cancelled, oldest first.
     Canceled { order_ids: Vec<OrderId> },
+    /// A cancel of an order that ended longer ago than the history tail
+    /// and left the live state (so it rests no more, and the cancel changed
+    /// nothing): the answer is the order as the history store holds it,
+    /// shown only if it belongs to `account` (DESIGN §5: a retried cancel
+    /// is always safe).
+    OrderInHistory {
+        order_id: OrderId,
+        account: AccountId,
+    },
 }
 
 impl Reply {

@@ -777,6 +777,23 @@ pub fn check_reply(
             }
             Ok(())
         }
+        (
+            Command::CancelOrder { key, order_id },
+            Reply::OrderInHistory {
+                order_id: id,
+                account,
+            },
+        ) => {
+            if id != order_id
+                || account_of(*key) != Some(*account)
+                || !state.orders.evicted(*order_id)
+            {
+                return Err(format!(
+                    "cancel of {order_id} answered from the history as {id} of account {account}"
+                ));
+            }
+            Ok(())
+        }
         (Command::CancelOrder { .. }, Reply::Rejected(reject)) => {
             if ![Unauthorized, Forbidden, OrderNotFound].contains(&reject.code) {
                 return Err(format!("a cancel refused with {reject}"));

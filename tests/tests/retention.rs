@@ -116,6 +116,30 @@ fn ended_orders_and_fills_leave_after_the_tail_and_resting_ones_stay() {
         v.state.query_order(a.key, 999).unwrap_err().code,
         ErrorCode::OrderNotFound
     );
+    // A cancel of an evicted order changes nothing and answers from the
+    // history store, as a read of it does (DESIGN §5: a retried cancel is
+    // always safe); of an id never seen it is still refused.
+    assert_eq!(
+        v.run(Command::CancelOrder {
+            key: b.key,
+            order_id: taker.id
+        }),
+        Reply::OrderInHistory {
+            order_id: taker.id,
+            account: b.account
+        }
+    );
+    assert!(v.events.is_empty());
+    assert_eq!(
+        v.run(Command::CancelOrder {
+            key: a.key,
+            order_id: 999
+        })
+        .rejection()
+        .map(|r| r.code),
+        Some(ErrorCode::OrderNotFound)
+    );
+    assert_eq!(v.state.orders.len(), 1, "nothing came back");
     let account = v.state.account(a.account).unwrap();
     assert_eq!(
         account.orders.iter().copied().collect::<Vec<_>>(),

@@ -290,6 +290,11 @@ pub fn reply_json(reply: &Reply, state: &State) -> Value {
             "status": "canceled",
             "order_ids": order_ids.iter().map(u64::to_string).collect::<Vec<_>>(),
         }),
+        Reply::OrderInHistory { order_id, account } => json!({
+            "status": "order_in_history",
+            "order_id": order_id.to_string(),
+            "account": account,
+        }),
     }
 }
 
@@ -319,6 +324,9 @@ pub fn outcome_text(command: &Command, reply: &Reply, events: &[Event], state: &
             order.count
         ),
         Reply::Canceled { order_ids } => format!("canceled {} orders", order_ids.len()),
+        Reply::OrderInHistory { order_id, .. } => {
+            format!("order {order_id} ended before the history tail: nothing to cancel")
+        }
     };
     let (mut fills, mut trades, mut contracts) = (0, 0, 0u64);
     let mut lifecycle = Vec::new();

@@ -540,6 +540,7 @@ fn concerns_order(command: &Command, a: &Applied<'_>, id: u64) -> bool {
         || match a.reply {
             Reply::Order { order, .. } => order.id == id,
             Reply::Canceled { order_ids } => order_ids.contains(&id),
+            Reply::OrderInHistory { order_id, .. } => *order_id == id,
             _ => false,
         }
         || a.events.iter().any(|e| match e {

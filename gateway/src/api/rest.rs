@@ -243,6 +243,11 @@ fn respond_write(answer: Finished) -> Response {
             json::order_answer(&ticker, &order),
         )
             .into_response(),
+        // Only a cancel answers so, and it reads the store first.
+        Ok((_, AnswerBody::OrderInHistory { order_id, .. })) => {
+            tracing::error!(order_id, "an answer from the history store was not read");
+            ApiError::new(ErrorCode::InternalError, "Internal error.").into_response()
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -341,6 +346,13 @@ impl App {
             Ok((ReadOut::Done(answer), _)) => return respond(answer),
             Ok((ReadOut::History(rest), sent)) => (rest, sent),
         };
+        self.finish_from_history(sent, rest).await
+    }
+
+    /// Finishes an answer from the history store once it holds everything
+    /// its writer had been sent (`sent`) when the sequencer answered, so
+    /// read-your-writes holds there too; on a blocking thread.
+    async fn finish_from_history(&self, sent: u64, rest: HistoryRead) -> Response {
         let Some(history) = self.history.clone() else {
             return ApiError::unavailable("This server keeps no history store.").into_response();
         };
@@ -561,6 +573,7 @@ async fn cancel_order(
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
+    let history = app.history.clone();
     let answer = app
         .submitter
         .write(
@@ -572,10 +585,52 @@ async fn cancel_order(
                     order_id,
                 })
             },
-            order_answer(StatusCode::OK),
+            move |state: &sequencer::State, reply: Reply| match reply {
+                Reply::OrderInHistory { order_id, account } => Ok((
+                    StatusCode::OK,
+                    AnswerBody::OrderInHistory {
+                        order_id,
+                        account,
+                        sent: history.as_ref().map_or(0, |h| h.sent()),
+                    },
+                )),
+                other => order_answer(StatusCode::OK)(state, other),
+            },
         )
         .await;
-    respond_write(answer)
+    match answer {
+        Ok((
+            _,
+            AnswerBody::OrderInHistory {
+                order_id,
+                account,
+                sent,
+            },
+        )) => {
+            app.finish_from_history(
+                sent,
+                Box::new(move |history| order_from_history(history, order_id, account)),
+            )
+            .await
+        }
+        answer => respond_write(answer),
+    }
+}
+
+/// `{"order": Order}` of an order the history store holds, if it is
+/// `account`'s; `ORDER_NOT_FOUND` otherwise, as for an id never used.
+fn order_from_history(
+    history: &History,
+    order_id: u64,
+    account: sequencer::types::AccountId,
+) -> Result<Value, ApiError> {
+    let order = history
+        .order(order_id)
+        .map_err(history_failed)?
+        .filter(|o| o.account == account)
+        .ok_or_else(|| ApiError::from(sequencer::query::order_not_found(order_id)))?;
+    let ticker = ticker_of(history, &mut Default::default(), order.market)?;
+    Ok(json!({ "order": json::order_in(&ticker, &order) }))
 }
 
 fn parse_order_id(id: &str) -> Result<u64, ApiError> {
@@ -650,13 +705,7 @@ async fn get_order(
                 json!({ "order": json::order(state, &order) }),
             ))),
             OrderLookup::InHistory { account } => Ok(ReadOut::History(Box::new(move |history| {
-                let order = history
-                    .order(order_id)
-                    .map_err(history_failed)?
-                    .filter(|o| o.account == account)
-                    .ok_or_else(|| ApiError::from(sequencer::query::order_not_found(order_id)))?;
-                let ticker = ticker_of(history, &mut Default::default(), order.market)?;
-                Ok(json!({ "order": json::order_in(&ticker, &order) }))
+                order_from_history(history, order_id, account)
             }))),
         }
     })
