@@ -149,6 +149,9 @@ pub struct Journal {
     /// Why the last attempt to build the next segment failed, and when it
     /// was made; cleared once one succeeds.
     prepare_failed: Option<(String, Instant)>,
+    /// Bytes the journal's file system has free (`free_bytes`; tests
+    /// replace it): a failed build is tried again only when a segment fits.
+    room: fn(&Path) -> Option<u64>,
     /// Syncs this writer made itself (every append under `Always`, due
     /// commits under `IntervalMs`, rolls), and the time they took; the
     /// syncs of handed-out [`SyncPoint`]s are their caller's to count.
@@ -220,6 +223,27 @@ pub fn writer_running(dir: &Path) -> Result<bool, JournalError> {
 
 /// How long after a failed build of the next segment it is tried again.
 pub const PREPARE_RETRY: Duration = Duration::from_secs(1);
+
+/// Bytes the file system holding `dir` has free for an unprivileged
+/// writer, where the platform says.
+#[cfg(unix)]
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a zeroed statvfs is a valid value of it; statvfs reads a
+    // NUL-terminated path and fills the struct it is given.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return None;
+    }
+    #[allow(clippy::unnecessary_cast)] // u32 on some targets, u64 on others
+    Some((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+}
+
+#[cfg(not(unix))]
+fn free_bytes(_: &Path) -> Option<u64> {
+    None
+}
 
 /// A segment being built on its own thread; joining it gives the result
 /// and leaves no thread behind.
@@ -441,6 +465,7 @@ impl Journal {
             preparing: None,
             ready: None,
             prepare_failed: None,
+            room: free_bytes,
             syncs: SyncCount::default(),
             lock_identity: lock.metadata().ok().as_ref().and_then(identity),
             _lock: lock,
@@ -798,9 +823,12 @@ impl Journal {
     /// disk, most often), as soon as its builder has finished: that roll
     /// builds it itself and fails the same way unless the cause goes first,
     /// which stops the journal. A failed build is tried again at most every
-    /// [`PREPARE_RETRY`] (on a call of this), so the report clears once
-    /// space is freed. `None` while it is being built, once it is built, or
-    /// with nothing to build. Cheap: for a writer's idle moments.
+    /// [`PREPARE_RETRY`] (on a call of this), and only when the file system
+    /// has room for a whole segment (a build on a full disk takes every
+    /// free block before it fails, which other writers there would meet),
+    /// so the report clears once space is freed; it stands while a new try
+    /// runs. `None` while the first build runs, once one succeeded, or with
+    /// nothing to build. Cheap: for a writer's idle moments.
     pub fn next_segment_problem(&mut self) -> Option<&str> {
         if self.preparing.as_ref().is_some_and(|p| p.is_finished()) {
             let finished = self.preparing.take().expect("finished").join();
@@ -826,7 +854,12 @@ impl Journal {
                 .prepare_failed
                 .as_ref()
                 .is_some_and(|(_, at)| at.elapsed() >= PREPARE_RETRY);
-        if retry {
+        if retry && (self.room)(&self.dir).is_some_and(|free| free < self.segment_bytes) {
+            // No room yet: look again after another interval.
+            if let Some((_, at)) = &mut self.prepare_failed {
+                *at = Instant::now();
+            }
+        } else if retry {
             self.prepare_next(None);
         }
         self.prepare_failed.as_ref().map(|(why, _)| why.as_str())
@@ -1117,6 +1150,7 @@ mod tests {
     fn a_next_segment_that_cannot_be_built_is_reported_before_its_roll() {
         let dir = tempfile::tempdir().unwrap();
         let mut j = open(dir.path(), Durability::GroupCommit);
+        assert!(free_bytes(dir.path()).is_some_and(|free| free > 0));
         let wait_for = |j: &mut Journal, failing: bool| {
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {
@@ -1140,8 +1174,18 @@ mod tests {
         let why = wait_for(&mut j, true).expect("reported before the roll");
         assert!(why.contains(&format!("{:020}", 2)), "{why}");
         assert_eq!(j.active.as_ref().unwrap().index, 1, "no roll yet");
-        // Freed: the next try builds it, and the roll uses it.
+        // Freed, but the file system says a segment would not fit: no try
+        // (it would take every free block before failing).
         std::fs::remove_dir(&blocker).unwrap();
+        j.room = |_| Some(1024);
+        let deadline = Instant::now() + PREPARE_RETRY * 2;
+        while Instant::now() < deadline {
+            assert!(j.next_segment_problem().is_some());
+            assert!(j.preparing.is_none() && j.ready.is_none(), "not tried");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Room: the next try builds it, and the roll uses it.
+        j.room = free_bytes;
         assert_eq!(wait_for(&mut j, false), None, "cleared once built");
         assert!(j.ready.is_some());
         while j.active.as_ref().map(|a| a.index) != Some(2) {

@@ -225,6 +225,10 @@ pub struct Node {
     snapshot_dir: Option<PathBuf>,
     failed: Option<String>,
     history: Option<HistoryFeed>,
+    /// The seq the node opened at and the checksum of the journal record
+    /// there, as the replay knew it (from the record, or from the snapshot
+    /// it started from).
+    tie_at_open: Option<(u64, u32)>,
 }
 
 impl Node {
@@ -304,6 +308,9 @@ impl Node {
             rules_moved: None,
         };
         let mut node = Node {
+            tie_at_open: outcome
+                .last_record_crc
+                .map(|crc| (outcome.state.last_seq, crc)),
             state: outcome.state,
             journal,
             buffer: AlignedVec::with_capacity(4096),
@@ -506,9 +513,17 @@ impl Node {
     /// The checksum of the journal record at the state's seq, which a
     /// snapshot of the state names (see [`snapshot::load_for`]).
     fn journal_tie(&self) -> Option<u32> {
-        (self.journal.last_seq() == Some(self.state.last_seq))
-            .then(|| self.journal.last_record_crc())
-            .flatten()
+        let seq = self.state.last_seq;
+        if self.journal.last_seq() != Some(seq) {
+            return None;
+        }
+        // A journal that holds no record (its segments before were
+        // removed) goes on from the state it opened with: the record that
+        // state followed is the one its snapshot named.
+        self.journal.last_record_crc().or(self
+            .tie_at_open
+            .filter(|(at, _)| *at == seq)
+            .map(|(_, crc)| crc))
     }
 
     /// Writes a snapshot of the current state (after syncing the journal,

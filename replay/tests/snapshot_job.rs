@@ -46,7 +46,8 @@ fn a_snapshot_job_holds_the_state_it_was_taken_at() {
     assert_eq!(loaded.state_hash(), taken.state_hash());
     assert_eq!(loaded, taken);
     // Tied to the journal record it was taken after, as a replay to that
-    // seq reads it (the forked writer and the copy alike).
+    // seq reads it (here the forked writer's; the copy is given the same
+    // value).
     let upto = replay::replay(
         &dir.path().join("journal"),
         None,

@@ -1339,6 +1339,9 @@ pub struct Coverage {
     pub cancels: u64,
     /// Cancels of orders that had already finished (answered as they stand).
     pub cancels_of_finished: u64,
+    /// Cancels of orders that had left for the history store (answered
+    /// from there by the gateway).
+    pub cancels_from_history: u64,
     pub cancel_all_orders: u64,
     /// Resting orders cancelled because their window closed.
     pub close_cancels: u64,
@@ -1385,6 +1388,7 @@ impl Coverage {
                 _ => {}
             },
             Reply::Canceled { order_ids } => self.cancel_all_orders += order_ids.len() as u64,
+            Reply::OrderInHistory { .. } => self.cancels_from_history += 1,
             _ => {}
         }
         let closed: BTreeSet<MarketId> = events
@@ -1478,6 +1482,7 @@ impl Coverage {
         self.multi_order_levels += other.multi_order_levels;
         self.cancels += other.cancels;
         self.cancels_of_finished += other.cancels_of_finished;
+        self.cancels_from_history += other.cancels_from_history;
         self.cancel_all_orders += other.cancel_all_orders;
         self.close_cancels += other.close_cancels;
         self.markets_opened += other.markets_opened;
@@ -1503,8 +1508,8 @@ impl fmt::Display for Coverage {
         )?;
         writeln!(
             f,
-            "cancels {} (of finished orders {}), cancel-all orders {}, cancelled at close {}, book deltas {}",
-            self.cancels, self.cancels_of_finished, self.cancel_all_orders, self.close_cancels, self.book_deltas
+            "cancels {} (of finished orders {}, of orders in the history store {}), cancel-all orders {}, cancelled at close {}, book deltas {}",
+            self.cancels, self.cancels_of_finished, self.cancels_from_history, self.cancel_all_orders, self.close_cancels, self.book_deltas
         )?;
         writeln!(
             f,

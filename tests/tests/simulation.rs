@@ -285,6 +285,10 @@ fn simulation_with_a_short_history_tail() {
         );
         assert!(state.fills.len() * 4 < state.fills.total() as usize);
         assert!(state.markets.iter().filter(|m| m.history).count() > 10);
+        assert!(
+            outcome.coverage.cancels_from_history > 0,
+            "seed {seed}: no cancel met an order in the history store"
+        );
         let again = replay(&outcome.stamped);
         assert_eq!(
             (again.state_hash(), again.event_hash),
