@@ -200,9 +200,13 @@ fn sync_history(store: &History, sent: u64, seq: u64) -> Result<(), NodeError> {
         source,
     };
     if !store.wait_written(sent, HISTORY_WAIT) {
-        return Err(err(std::io::Error::other(format!(
-            "the history writer did not reach seq {sent}"
-        ))));
+        return Err(err(std::io::Error::other(if store.failed() {
+            format!(
+                "the history writer did not reach seq {sent}: it could not write (the cause is in the error logged before it; a full disk, most often)"
+            )
+        } else {
+            format!("the history writer did not reach seq {sent}")
+        })));
     }
     store.sync(seq).map_err(err)
 }
@@ -299,11 +303,27 @@ impl Node {
         if let Some(feed) = &history {
             feed.sync(outcome.state.last_seq)?;
         }
+        // Snapshots past what the history store holds were not looked at
+        // by the replay; one of another journal among them is named all
+        // the same (a later start, the store further on, would meet it).
+        let mut skipped_snapshots = outcome.skipped_snapshots;
+        if let Some(dir) = &config.snapshot_dir {
+            for (_, path) in snapshot::list(dir)
+                .into_iter()
+                .filter(|(seq, _)| *seq > snapshot_max && *seq <= journal_end)
+            {
+                if let Err(e @ snapshot::SnapshotError::OtherJournal { .. }) =
+                    snapshot::check_tie(&path, &journal_dir)
+                {
+                    skipped_snapshots.push(e.to_string());
+                }
+            }
+        }
         let mut report = OpenReport {
             recovery,
             from_snapshot: outcome.from_snapshot,
             replayed: outcome.applied,
-            skipped_snapshots: outcome.skipped_snapshots,
+            skipped_snapshots,
             stale_snapshots: set_aside,
             rules_moved: None,
         };

@@ -390,6 +390,31 @@ pub fn journal_tie(path: &Path) -> Result<(u64, Option<u32>), SnapshotError> {
     Ok((seq, journal_section(&head[HEADER_LEN..got])))
 }
 
+/// Whether the snapshot at `path` was taken from the journal in
+/// `journal_dir`, from its header and first section and the journal's
+/// record at its seq only (no payload read): a snapshot that names a
+/// record the journal holds with another checksum is
+/// [`SnapshotError::OtherJournal`]. For snapshots a start passes over
+/// unread (past what the history store holds), so that one of another
+/// journal is named all the same.
+pub fn check_tie(path: &Path, journal_dir: &Path) -> Result<(), SnapshotError> {
+    let (seq, tied) = journal_tie(path)?;
+    let found = tied.and_then(|tied| {
+        journal_crc_at(journal_dir, seq)
+            .filter(|&found| found != tied)
+            .map(|found| (tied, found))
+    });
+    match found {
+        Some((tied, found)) => Err(SnapshotError::OtherJournal {
+            path: path.to_path_buf(),
+            seq,
+            tied,
+            found,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The checksum of the journal's record at `seq`, if the journal holds a
 /// whole one there. A journal that cannot be read here is left for the
 /// replay that follows to report.

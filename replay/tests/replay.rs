@@ -193,6 +193,42 @@ fn a_snapshot_of_another_journal_is_passed_over() {
         again.last_record_crc
     );
     assert!(again.last_record_crc.is_some());
+
+    // With a history store synced short of the copied snapshot (a crash
+    // after the last snapshot), the start passes it over unread: it is
+    // named all the same.
+    let stored = tempfile::tempdir().unwrap();
+    let mut config = node_config(stored.path());
+    config.history_dir = Some(stored.path().join("history"));
+    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
+    for (i, stamped) in later.iter().enumerate() {
+        node.submit(stamped.ts_ms, stamped.command.clone()).unwrap();
+        node.drain_events();
+        if i == 3 {
+            node.snapshot().unwrap();
+        }
+    }
+    node.commit().unwrap();
+    // No snapshot since: the store was last synced at that one.
+    drop(node);
+    std::fs::copy(
+        path,
+        stored
+            .path()
+            .join("snapshots")
+            .join(snapshot::file_name(*seq)),
+    )
+    .unwrap();
+    let (_, report) = Node::open(config, T0).unwrap();
+    assert_eq!(report.from_snapshot, Some(*own_seq));
+    assert!(
+        report
+            .skipped_snapshots
+            .iter()
+            .any(|s| s.contains("was not taken from this journal")),
+        "{:?}",
+        report.skipped_snapshots
+    );
 }
 
 /// A node reopened on a host whose clock is behind its journal stamps

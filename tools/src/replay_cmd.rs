@@ -44,8 +44,11 @@ pub struct ReplayArgs {
     /// Levels per side in --book exports (all by default).
     #[arg(long, value_name = "N")]
     depth: Option<u32>,
-    /// Export an account: balance, positions, every order and fill, in the
-    /// records of the REST portfolio endpoints (repeatable).
+    /// Export an account: balance, positions, and the orders and fills of
+    /// the live state at that moment (every resting order, and those that
+    /// ended within the history tail before it; older ones are in the
+    /// venue's history store), in the records of the REST portfolio
+    /// endpoints (repeatable).
     #[arg(long, value_name = "ID")]
     account: Vec<u32>,
     /// Export a market: its record, book and trades, as REST shows them
