@@ -104,6 +104,9 @@ pub struct ServerConfig {
     pub segment_mib: u64,
     /// Write a snapshot every this many commands (0: only at shutdown).
     pub snapshot_every: u64,
+    /// Snapshots kept: after each one written, those older than the newest
+    /// this many are removed (0 keeps every one).
+    pub snapshots_keep: u32,
     /// How long ended orders, fills and settled markets' books and trades
     /// stay in memory before they move to the history store, in seconds
     /// (at least 1). The order list shows the last 24 hours only with at
@@ -182,6 +185,7 @@ impl Default for ServerConfig {
             durability_interval_ms: 5,
             segment_mib: 64,
             snapshot_every: 1_000_000,
+            snapshots_keep: 10,
             history_tail_secs: sequencer::state::HISTORY_TAIL_MS_DEFAULT / 1000,
             truncate_corrupt_journal: false,
             account_risk_cap_usd: 100_000,

@@ -337,6 +337,8 @@ pub struct EngineSettings {
     pub orders_per_second: u32,
     pub orders_burst: u32,
     pub snapshot_every: u64,
+    /// Snapshots kept (`replay::snapshot::prune`; 0 keeps every one).
+    pub snapshots_keep: u32,
     pub request_timeout: Duration,
     pub queue_capacity: usize,
     /// Shortest time between the starts of two journal syncs.
@@ -408,9 +410,10 @@ impl Engine {
         let (snapshots, snapshot_rx) = crossbeam_channel::bounded::<replay::SnapshotJob>(1);
         let snapshotter = {
             let (failed, busy) = (sync_failed.clone(), snapshot_busy.clone());
+            let keep = settings.snapshots_keep as usize;
             std::thread::Builder::new()
                 .name("snapshot".into())
-                .spawn(move || snapshot_loop(snapshot_rx, failed, busy))?
+                .spawn(move || snapshot_loop(snapshot_rx, failed, busy, keep))?
         };
         // (Should a later thread not start, the senders dropped with the
         // failed closure end these two.)
@@ -482,6 +485,8 @@ struct Loop {
     /// Whether the journal's next segment could not be built ahead, as
     /// last reported.
     next_segment_failed: bool,
+    /// Whether the snapshots' disk had room for one, as last reported.
+    snapshot_room: bool,
 }
 
 /// The threads the sequencer hands work to, and what it shares with them.
@@ -532,6 +537,7 @@ fn run(
         snapshot_busy: snapshot_busy.clone(),
         journal_synced: journal::SyncCount::default(),
         next_segment_failed: false,
+        snapshot_room: true,
     };
     let mut batch: Vec<Job> = Vec::with_capacity(BATCH_MAX);
     let mut synced_after_failure = false;
@@ -625,6 +631,7 @@ fn run(
     if committer.join().is_err() {
         tracing::error!("the journal sync thread panicked");
     }
+    let keep = this.settings.snapshots_keep as usize;
     let Loop {
         mut node,
         snapshots,
@@ -643,8 +650,10 @@ fn run(
     if node.is_stopped() {
         metrics.journal_failed.store(1, Ordering::Relaxed);
     }
-    if let Err(e) = node.snapshot() {
-        tracing::warn!(error = %e, "snapshot at shutdown failed");
+    match node.snapshot() {
+        Ok(Some(path)) => prune_snapshots(&path, keep),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "snapshot at shutdown failed"),
     }
     node
 }
@@ -655,11 +664,15 @@ fn snapshot_loop(
     rx: Receiver<replay::SnapshotJob>,
     failed: Arc<OnceLock<String>>,
     busy: Arc<AtomicBool>,
+    keep: usize,
 ) {
     for job in rx {
         let seq = job.seq();
         match job.write() {
-            Ok(path) => tracing::info!(seq, path = %path.display(), "snapshot written"),
+            Ok(path) => {
+                tracing::info!(seq, path = %path.display(), "snapshot written");
+                prune_snapshots(&path, keep);
+            }
             Err(replay::NodeError::Journal(e)) => {
                 tracing::error!(error = %e, "journal sync before a snapshot failed");
                 let _ = failed.set(e.to_string());
@@ -667,6 +680,17 @@ fn snapshot_loop(
             Err(e) => tracing::warn!(seq, error = %e, "snapshot failed"),
         }
         busy.store(false, Ordering::Release);
+    }
+}
+
+/// After the snapshot at `newest` was written: the older ones beyond the
+/// newest `keep` go (`snapshots_keep`).
+fn prune_snapshots(newest: &std::path::Path, keep: usize) {
+    if let Some(dir) = newest.parent() {
+        let removed = replay::snapshot::prune(dir, keep);
+        if removed > 0 {
+            tracing::info!(removed, keep, "older snapshots removed");
+        }
     }
 }
 
@@ -878,6 +902,9 @@ impl Loop {
             return;
         }
         self.snapshot_seq = seq;
+        if !self.room_for_a_snapshot() {
+            return;
+        }
         match self.node.snapshot_job() {
             Ok(Some(job)) => {
                 self.snapshot_busy.store(true, Ordering::Release);
@@ -888,6 +915,36 @@ impl Loop {
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "snapshot failed"),
         }
+    }
+
+    /// Whether the snapshots' file system has room for one more, by the
+    /// size of the newest with a quarter to spare. A snapshot written on a
+    /// full disk takes every free block before it fails, which the history
+    /// store writing at that moment would meet (and stop for good): it is
+    /// skipped instead, once said, until there is room.
+    fn room_for_a_snapshot(&mut self) -> bool {
+        let Some(dir) = self.node.snapshot_dir() else {
+            return true;
+        };
+        let needed = replay::snapshot::list(dir)
+            .first()
+            .and_then(|(_, path)| std::fs::metadata(path).ok())
+            .map_or(0, |m| m.len().saturating_add(m.len() / 4));
+        let free = journal::free_bytes(dir);
+        let room = free.is_none_or(|free| free >= needed);
+        if room != self.snapshot_room {
+            self.snapshot_room = room;
+            if room {
+                tracing::info!("room for snapshots again");
+            } else {
+                tracing::warn!(
+                    free = free.unwrap_or(0),
+                    needed,
+                    "snapshots skipped: their disk has no room for one (the last one's size and a quarter); free space to have them again"
+                );
+            }
+        }
+        room
     }
 
     fn handle(&mut self, job: Job) -> Pending {
@@ -1079,6 +1136,7 @@ mod tests {
                 orders_per_second: 10,
                 orders_burst: 20,
                 snapshot_every: 0,
+                snapshots_keep: 10,
                 request_timeout: Duration::from_secs(2),
                 queue_capacity: 16,
                 sync_spacing: Duration::from_micros(200),
@@ -1092,6 +1150,7 @@ mod tests {
             snapshot_busy: Arc::new(AtomicBool::new(false)),
             journal_synced: journal::SyncCount::default(),
             next_segment_failed: false,
+            snapshot_room: true,
         }
     }
 

@@ -391,6 +391,7 @@ impl Server {
             orders_per_second: config.orders_per_second,
             orders_burst: config.orders_burst,
             snapshot_every: config.snapshot_every,
+            snapshots_keep: config.snapshots_keep,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             queue_capacity: config.queue_capacity,
             sync_spacing: Duration::from_micros(config.sync_spacing_us),

@@ -59,3 +59,40 @@ fn periodic_snapshots_are_written_off_the_sequencer_and_restart_from_them() {
         assert_eq!(order["order"]["status"], "resting");
     }
 }
+
+/// Only the newest `snapshots_keep` snapshots stay: each one written
+/// removes those older than them, so the disk they take is bounded.
+#[test]
+fn older_snapshots_beyond_snapshots_keep_are_removed() {
+    let mut v = Venue::start_with(|c| {
+        c.snapshot_every = 10;
+        c.snapshots_keep = 2;
+    });
+    let dir = v.config.snapshot_dir();
+    let mut written = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while written.len() < 5 && std::time::Instant::now() < deadline {
+        v.push_price("100.00");
+        let found = replay::snapshot::list(&dir);
+        assert!(found.len() <= 3, "one being written beside two: {found:?}");
+        written.extend(found.iter().map(|(seq, _)| *seq));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(written.len() >= 5, "five snapshots written: {written:?}");
+    // Quiet, the last writer pruned: the newest two, nothing older.
+    let settled = std::time::Instant::now() + Duration::from_secs(30);
+    let found = loop {
+        let found = replay::snapshot::list(&dir);
+        if found.len() <= 2 || std::time::Instant::now() > settled {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let newest: Vec<u64> = written.iter().rev().take(2).copied().collect();
+    assert_eq!(
+        found.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(),
+        newest
+    );
+    v.restart();
+    assert_eq!(replay::snapshot::list(&dir).len(), 2, "kept at shutdown");
+}

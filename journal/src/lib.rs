@@ -47,6 +47,6 @@ pub use reader::{Reader, Record};
 pub use scan::{truncate_after, verify, Problem, ProblemKind, TailCut, VerifyReport};
 pub use segment::{segment_file_name, segment_path};
 pub use writer::{
-    writer_running, Durability, Journal, JournalConfig, Recovery, SyncCount, SyncPoint,
+    free_bytes, writer_running, Durability, Journal, JournalConfig, Recovery, SyncCount, SyncPoint,
     DEFAULT_SEGMENT_BYTES, LOCK_FILE, SEGMENT_SIZE_UNIT,
 };

@@ -227,7 +227,7 @@ pub const PREPARE_RETRY: Duration = Duration::from_secs(1);
 /// Bytes the file system holding `dir` has free for an unprivileged
 /// writer, where the platform says.
 #[cfg(unix)]
-fn free_bytes(dir: &Path) -> Option<u64> {
+pub fn free_bytes(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     // SAFETY: a zeroed statvfs is a valid value of it; statvfs reads a
@@ -241,7 +241,7 @@ fn free_bytes(dir: &Path) -> Option<u64> {
 }
 
 #[cfg(not(unix))]
-fn free_bytes(_: &Path) -> Option<u64> {
+pub fn free_bytes(_: &Path) -> Option<u64> {
     None
 }
 

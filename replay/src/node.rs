@@ -530,6 +530,11 @@ impl Node {
         }))
     }
 
+    /// Where the node writes its snapshots, if anywhere.
+    pub fn snapshot_dir(&self) -> Option<&std::path::Path> {
+        self.snapshot_dir.as_deref()
+    }
+
     /// The checksum of the journal record at the state's seq, which a
     /// snapshot of the state names (see [`snapshot::load_for`]).
     fn journal_tie(&self) -> Option<u32> {

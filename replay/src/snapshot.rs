@@ -512,6 +512,27 @@ fn load_checked(
     Ok((state, journal))
 }
 
+/// Removes the snapshots of `dir` older than its newest `keep` (0 keeps
+/// every one); returns how many went. Only the journal's one writer may
+/// call it. A reader that has one open keeps reading it (the name goes,
+/// not the file).
+pub fn prune(dir: &Path, keep: usize) -> usize {
+    if keep == 0 {
+        return 0;
+    }
+    let removed = list(dir)
+        .into_iter()
+        .skip(keep)
+        .filter(|(_, path)| fs::remove_file(path).is_ok())
+        .count();
+    if removed > 0 {
+        if let Ok(d) = fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    removed
+}
+
 /// Snapshot files in `dir` with their seq, newest first.
 pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -921,6 +942,24 @@ mod tests {
             }
             assert_eq!(state, before, "room {room}");
         }
+    }
+
+    #[test]
+    fn prune_keeps_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        for seq in 1..=5 {
+            let mut state = State {
+                last_seq: seq,
+                ..State::default()
+            };
+            write(dir.path(), &mut state, None).unwrap();
+        }
+        assert_eq!(prune(dir.path(), 0), 0, "0 keeps every one");
+        assert_eq!(list(dir.path()).len(), 5);
+        assert_eq!(prune(dir.path(), 2), 3);
+        let left: Vec<u64> = list(dir.path()).iter().map(|(seq, _)| *seq).collect();
+        assert_eq!(left, vec![5, 4]);
+        assert_eq!(prune(dir.path(), 2), 0);
     }
 
     /// Sections that do not add up are named, never a panic.
