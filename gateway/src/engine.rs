@@ -487,6 +487,8 @@ struct Loop {
     next_segment_failed: bool,
     /// Whether the snapshots' disk had room for one, as last reported.
     snapshot_room: bool,
+    /// Bytes free on a file system (`journal::free_bytes`; tests replace it).
+    free_space: fn(&std::path::Path) -> Option<u64>,
 }
 
 /// The threads the sequencer hands work to, and what it shares with them.
@@ -538,6 +540,7 @@ fn run(
         journal_synced: journal::SyncCount::default(),
         next_segment_failed: false,
         snapshot_room: true,
+        free_space: journal::free_bytes,
     };
     let mut batch: Vec<Job> = Vec::with_capacity(BATCH_MAX);
     let mut synced_after_failure = false;
@@ -930,7 +933,7 @@ impl Loop {
             .first()
             .and_then(|(_, path)| std::fs::metadata(path).ok())
             .map_or(0, |m| m.len().saturating_add(m.len() / 4));
-        let free = journal::free_bytes(dir);
+        let free = (self.free_space)(dir);
         let room = free.is_none_or(|free| free >= needed);
         if room != self.snapshot_room {
             self.snapshot_room = room;
@@ -1116,14 +1119,18 @@ mod tests {
 
     /// A sequencer loop on a fresh journal in `dir`, not running.
     fn test_loop(dir: &std::path::Path) -> Loop {
-        test_loop_with(journal::JournalConfig::new(dir.join("journal")))
+        test_loop_with(journal::JournalConfig::new(dir.join("journal")), None)
     }
 
-    /// A sequencer loop on a fresh journal made with `journal`, not running.
-    fn test_loop_with(journal: journal::JournalConfig) -> Loop {
+    /// A sequencer loop on a fresh journal made with `journal`, its
+    /// snapshots in `snapshot_dir`, not running.
+    fn test_loop_with(
+        journal: journal::JournalConfig,
+        snapshot_dir: Option<std::path::PathBuf>,
+    ) -> Loop {
         let config = replay::NodeConfig {
             journal,
-            snapshot_dir: None,
+            snapshot_dir,
             venue: sequencer::VenueConfig::default(),
             history_dir: None,
         };
@@ -1151,7 +1158,42 @@ mod tests {
             journal_synced: journal::SyncCount::default(),
             next_segment_failed: false,
             snapshot_room: true,
+            free_space: journal::free_bytes,
         }
+    }
+
+    /// A periodic snapshot is skipped while its disk has less room than
+    /// the newest one's size and a quarter, and taken again once there is.
+    #[test]
+    fn a_snapshot_is_skipped_while_its_disk_has_no_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut this = test_loop_with(
+            journal::JournalConfig::new(dir.path().join("journal")),
+            Some(dir.path().join("snapshots")),
+        );
+        let written = this.node.snapshot().unwrap().unwrap();
+        let size = std::fs::metadata(&written).unwrap().len();
+        this.settings.snapshot_every = 1;
+        let (jobs, taken) = crossbeam_channel::bounded(1);
+        this.snapshots = jobs;
+        let tick = |this: &mut Loop| {
+            let command = Command::CancelOrder {
+                key: 9,
+                order_id: 1,
+            };
+            this.node.submit(now_ms(), command).unwrap();
+            this.maybe_snapshot();
+        };
+        this.free_space = |_| Some(1);
+        tick(&mut this);
+        assert!(!this.snapshot_room);
+        assert!(taken.try_recv().is_err(), "no job taken");
+        assert!(size > 1);
+        this.free_space = |_| Some(u64::MAX);
+        tick(&mut this);
+        assert!(this.snapshot_room);
+        let job = taken.try_recv().expect("a job taken");
+        drop(job);
     }
 
     /// A next journal segment that cannot be built ahead shows on the
@@ -1162,7 +1204,7 @@ mod tests {
         let journal_dir = dir.path().join("journal");
         let mut config = journal::JournalConfig::new(&journal_dir);
         config.segment_bytes = 64 * 1024;
-        let mut this = test_loop_with(config);
+        let mut this = test_loop_with(config, None);
         let failed = |this: &Loop| {
             this.metrics
                 .journal_next_segment_failed
