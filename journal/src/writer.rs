@@ -543,9 +543,7 @@ impl Journal {
         publish(&mut active.map, pos, &header);
         active.pos = pos + total;
         self.last_seq = Some(seq);
-        self.last_crc = Some(u32::from_le_bytes([
-            header[20], header[21], header[22], header[23],
-        ]));
+        self.last_crc = Some(crate::format::read_u32(&header, 20));
         if self.durability == Durability::Always {
             self.flush()?;
         }

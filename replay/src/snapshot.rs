@@ -399,13 +399,24 @@ pub fn journal_tie(path: &Path) -> Result<(u64, Option<u32>), SnapshotError> {
 /// journal is named all the same.
 pub fn check_tie(path: &Path, journal_dir: &Path) -> Result<(), SnapshotError> {
     let (seq, tied) = journal_tie(path)?;
-    let found = tied.and_then(|tied| {
-        journal_crc_at(journal_dir, seq)
-            .filter(|&found| found != tied)
-            .map(|found| (tied, found))
-    });
-    match found {
-        Some((tied, found)) => Err(SnapshotError::OtherJournal {
+    same_journal(path, seq, tied, journal_dir)
+}
+
+/// A snapshot at `seq` that names the journal record of checksum `tied`
+/// belongs to the journal in `journal_dir` unless that journal holds the
+/// record with another checksum ([`SnapshotError::OtherJournal`]). One
+/// that names none, or whose record the journal no longer holds, passes.
+fn same_journal(
+    path: &Path,
+    seq: u64,
+    tied: Option<u32>,
+    journal_dir: &Path,
+) -> Result<(), SnapshotError> {
+    let Some(tied) = tied else {
+        return Ok(());
+    };
+    match journal_crc_at(journal_dir, seq).filter(|&found| found != tied) {
+        Some(found) => Err(SnapshotError::OtherJournal {
             path: path.to_path_buf(),
             seq,
             tied,
@@ -477,15 +488,8 @@ fn load_checked(
     if crc32fast::hash(payload) != crc {
         return Err(damaged("checksum mismatch".into()));
     }
-    if let (Some(dir), Some(tied)) = (journal_dir, journal_section(payload)) {
-        if let Some(found) = journal_crc_at(dir, seq).filter(|&found| found != tied) {
-            return Err(SnapshotError::OtherJournal {
-                path: path.to_path_buf(),
-                seq,
-                tied,
-                found,
-            });
-        }
+    if let Some(dir) = journal_dir {
+        same_journal(path, seq, journal_section(payload), dir)?;
     }
     let (state, journal) = decode_sections(payload).map_err(damaged)?;
     if journal.is_some() && version < 7 {

@@ -864,10 +864,13 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
     // output cannot know), and no start goes on from such a snapshot: a
     // warning, beside the verdict.
     for (seq, path, tied, found) in &mismatched {
-        eprintln!(
-            "warning: snapshot {} was not taken from this journal: it follows a record of checksum {tied:#010x} at seq {seq}, the journal's has {found:#010x} (a start passes it over)",
-            path.display()
-        );
+        let other = replay::snapshot::SnapshotError::OtherJournal {
+            path: path.clone(),
+            seq: *seq,
+            tied: *tied,
+            found: *found,
+        };
+        eprintln!("warning: {other}");
     }
     if json {
         let other: Vec<_> = mismatched
