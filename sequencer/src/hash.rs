@@ -71,6 +71,7 @@ impl Hasher for StableHasher {
     fn write_u32(&mut self, i: u32) {
         self.mix(u64::from(i));
     }
+    #[inline]
     fn write_u64(&mut self, i: u64) {
         self.mix(i);
     }
