@@ -156,6 +156,22 @@ pub(crate) fn prepare_segment(
     segment_bytes: u64,
     paced: bool,
 ) -> Result<Prepared, JournalError> {
+    // A segment the file system has no room for fails at once, instead of
+    // filling the disk to its last block first (a segment may be GiBs)
+    // and taking that space from everything else on it meanwhile.
+    if let Some(free) = crate::writer::free_bytes(dir) {
+        if free < segment_bytes {
+            return Err(JournalError::NoSpace {
+                path: segment_path(dir, index),
+                source: io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!(
+                        "the segment needs {segment_bytes} bytes, the file system has {free} free"
+                    ),
+                ),
+            });
+        }
+    }
     let temp = dir.join(format!("{index:020}{TEMP_EXT}"));
     let built = build_body(&temp, segment_bytes, paced).and_then(|file| {
         // SAFETY: `build_body` preallocated the whole file and synced it; it
@@ -342,6 +358,22 @@ mod tests {
                 path: segment_path(dir.path(), 5)
             }]
         );
+    }
+
+    /// A segment larger than the file system's free space is refused
+    /// before a byte is written (it filled the disk to its last block
+    /// first), naming the segment; no temporary file is left.
+    #[test]
+    fn a_segment_with_no_room_is_refused_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let Err(JournalError::NoSpace { path, source }) =
+            prepare_segment(dir.path(), 2, 1 << 60, false)
+        else {
+            panic!("an exabyte segment was built");
+        };
+        assert_eq!(path, segment_path(dir.path(), 2));
+        assert!(source.to_string().contains("free"), "{source}");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     /// A segment prepared ahead is built in paced steps: over several
