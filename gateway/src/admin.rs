@@ -141,7 +141,17 @@ fn money(map: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiError>
     };
     match map.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => parse_dollars(s).map(Some).ok_or_else(bad),
+        Some(Value::String(s)) => parse_dollars(s).map(Some).ok_or_else(|| {
+            // Well formed but more digits than any amount the venue holds.
+            let digits = s.split_once('.').map_or(s.as_str(), |(whole, _)| whole);
+            if digits.len() > 12 && s.bytes().all(|c| c.is_ascii_digit() || c == b'.') {
+                ApiError::bad_request(format!(
+                    "Field {field} must be at most $10,000,000,000 (ten billion dollars)."
+                ))
+            } else {
+                bad()
+            }
+        }),
         // A JSON number is taken only when it is a whole number of cents
         // (10.005 is refused, as "10.005" is), never rounded.
         Some(Value::Number(n)) => n
@@ -715,7 +725,7 @@ async fn price(
             .and_then(Value::as_str)
             .and_then(parse_e8)
             .ok_or_else(|| {
-                ApiError::bad_request("Field price must be a decimal string such as \"97123.45\".")
+                ApiError::bad_request("Field price must be a decimal string with at most 8 decimals, such as \"97123.45\".")
             })?;
         let t_ms = match map.get("t_ms") {
             None => crate::engine::now_ms(),

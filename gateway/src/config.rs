@@ -53,6 +53,22 @@ fn default_market_cap_usd() -> u64 {
 }
 
 impl SeriesEntry {
+    /// A simulated start price must be a price: it was clamped silently
+    /// (a negative, zero or NaN one started the walk at 0.01, an infinite
+    /// one pinned every print at the largest price, so every window
+    /// settled the same way).
+    pub fn check_start_price(&self) -> Result<(), String> {
+        match self.sim_start_price {
+            Some(price) if !(SIM_START_PRICE.0..=SIM_START_PRICE.1).contains(&price) => {
+                Err(format!(
+                    "series {:?}: sim_start_price must be from {} to {}, not {price}",
+                    self.ticker, SIM_START_PRICE.0, SIM_START_PRICE.1 as u64
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The sequencer's form. A fee rate must be a whole number of basis
     /// points from 0 to 1 (0.07 is 7 %); anything else is refused here, not
     /// rounded or clamped (a negative rate would otherwise become 0).
@@ -171,6 +187,13 @@ pub struct ServerConfig {
     /// (a websocket's pings keep it alive: longer than two ping intervals).
     pub http_idle_timeout_secs: u64,
     pub series: Vec<SeriesEntry>,
+    /// Whether `series` was written out (a `series` list in the file, or
+    /// set by the code that built the configuration) rather than left to
+    /// the built-in list. The built-in list is for a new venue only: a
+    /// restart without a configuration file added its series to a venue
+    /// made with others, for good.
+    #[serde(skip)]
+    pub series_listed: bool,
 }
 
 impl Default for ServerConfig {
@@ -210,9 +233,22 @@ impl Default for ServerConfig {
             http_connections_max: 8_192,
             http_idle_timeout_secs: 60,
             series: default_series(),
+            series_listed: false,
         }
     }
 }
+
+/// Bounds of the numeric settings, (least, most).
+const SEGMENT_MIB: (u64, u64) = (1, 16 << 10);
+const LOCKOUT_SECS: (u64, u64) = (1, 7 * 86_400);
+const PRICE_INTERVAL_MS: (u64, u64) = (10, 3_600_000);
+/// A slot is about 200 bytes: at most some 200 MiB of queue.
+const QUEUE_CAPACITY: (u64, u64) = (16, 1 << 20);
+const PING_MS: (u64, u64) = (10, 600_000);
+/// A simulated underlying starts at a cent or more, and far below the
+/// largest price a print holds (about 92 billion), so that its walk
+/// never reaches it.
+const SIM_START_PRICE: (f64, f64) = (0.01, 1e9);
 
 /// The series a fresh venue lists: one-minute windows for quick trials, and
 /// the 5-, 15- and 60-minute windows traders know.
@@ -255,31 +291,81 @@ impl ServerConfig {
                 Ok(())
             }
         };
-        at_least("segment_mib", self.segment_mib, 1, " (MiB)")?;
-        at_most("segment_mib", self.segment_mib, 1 << 20, " (MiB)")?;
-        at_least("orders_per_second", self.orders_per_second.into(), 1, "")?;
-        at_least("orders_burst", self.orders_burst.into(), 1, "")?;
+        // Every number has an upper bound as well: a huge one (written to
+        // mean "forever" or "no limit") overflowed a deadline and panicked
+        // the venue at the first failed key (`lockout_secs`) or connection
+        // (`http_idle_timeout_secs`), or asked for terabytes
+        // (`queue_capacity`). The bounds are far past any sensible value.
+        let within = |name: &str, value: u64, (min, max): (u64, u64), unit: &str| {
+            at_least(name, value, min, unit)?;
+            at_most(name, value, max, unit)
+        };
+        within("segment_mib", self.segment_mib, SEGMENT_MIB, " (MiB)")?;
+        within(
+            "orders_per_second",
+            self.orders_per_second.into(),
+            (1, 1_000_000),
+            "",
+        )?;
+        within("orders_burst", self.orders_burst.into(), (1, 1_000_000), "")?;
         at_least("lockout_failures", self.lockout_failures.into(), 1, "")?;
-        at_least("lockout_secs", self.lockout_secs, 1, " (seconds)")?;
-        at_least("price_interval_ms", self.price_interval_ms, 10, " (ms)")?;
-        at_least("queue_capacity", self.queue_capacity as u64, 16, "")?;
-        at_least("workers", self.workers as u64, 1, "")?;
-        at_least("ws_queue_capacity", self.ws_queue_capacity as u64, 1, "")?;
-        at_least("ws_ping_interval_ms", self.ws_ping_interval_ms, 10, " (ms)")?;
+        within(
+            "lockout_secs",
+            self.lockout_secs,
+            LOCKOUT_SECS,
+            " (seconds)",
+        )?;
+        within(
+            "price_interval_ms",
+            self.price_interval_ms,
+            PRICE_INTERVAL_MS,
+            " (ms)",
+        )?;
+        within(
+            "request_timeout_ms",
+            self.request_timeout_ms,
+            (0, 600_000),
+            " (ms)",
+        )?;
+        within(
+            "queue_capacity",
+            self.queue_capacity as u64,
+            QUEUE_CAPACITY,
+            "",
+        )?;
+        within("workers", self.workers as u64, (1, 256), "")?;
+        within(
+            "ws_queue_capacity",
+            self.ws_queue_capacity as u64,
+            (1, 1 << 20),
+            "",
+        )?;
+        within(
+            "ws_ping_interval_ms",
+            self.ws_ping_interval_ms,
+            PING_MS,
+            " (ms)",
+        )?;
+        within(
+            "http_idle_timeout_secs",
+            self.http_idle_timeout_secs,
+            (1, 86_400),
+            " (seconds)",
+        )?;
         at_most("sync_spacing_us", self.sync_spacing_us, 100_000, " (µs)")?;
-        at_least(
+        within(
             "http_connections_per_address",
             self.http_connections_per_address as u64,
-            1,
+            (1, 1 << 20),
             "",
         )?;
-        at_least(
+        within(
             "http_connections_max",
             self.http_connections_max as u64,
-            1,
+            (1, 1 << 20),
             "",
         )?;
-        if self.http_idle_timeout_secs.saturating_mul(1000) <= 2 * self.ws_ping_interval_ms {
+        if self.http_idle_timeout_secs * 1000 <= 2 * self.ws_ping_interval_ms {
             return Err(format!(
                 "http_idle_timeout_secs must be longer than two websocket ping intervals ({} ms), not {}: an idle websocket lives on its pings",
                 2 * self.ws_ping_interval_ms,
@@ -320,12 +406,24 @@ impl ServerConfig {
                 " (ms; \"group_commit\" syncs every batch)",
             )?;
         }
+        at_most(
+            "durability_interval_ms",
+            self.durability_interval_ms,
+            60_000,
+            " (ms)",
+        )?;
+        for series in &self.series {
+            series.check_start_price()?;
+        }
         Ok(())
     }
 
     /// Reads a TOML file over the defaults.
     pub fn from_toml(text: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+        let mut config: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+        let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.series_listed = table.contains_key("series");
+        Ok(config)
     }
 
     /// The environment as the sequencer knows it.
@@ -361,9 +459,17 @@ mod tests {
 
     #[test]
     fn the_example_config_parses_and_matches_the_defaults() {
-        let config =
+        let mut config =
             ServerConfig::from_toml(include_str!("../../docs/config.example.toml")).unwrap();
-        // Every value it shows is the default, the series included.
+        // Every value it shows is the default, the series included; it
+        // writes them out, the default leaves them to the built-in list.
+        assert!(config.series_listed);
+        assert!(
+            !ServerConfig::from_toml("workers = 1")
+                .unwrap()
+                .series_listed
+        );
+        config.series_listed = false;
         assert_eq!(
             format!("{config:?}"),
             format!("{:?}", ServerConfig::default())

@@ -157,7 +157,7 @@ impl Prints {
             }
             let price_e8 = parse_e8(&price).filter(|&p| p > 0).ok_or_else(|| {
                 at(format!(
-                    "price {price:?} must be a positive decimal such as 97123.45"
+                    "price {price:?} must be a positive decimal with at most 8 decimals, such as 97123.45"
                 ))
             })?;
             if t_ms > sequencer::limits::TS_MS_MAX {

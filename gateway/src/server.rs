@@ -124,6 +124,9 @@ pub fn server_file_path(data_dir: &Path) -> PathBuf {
     data_dir.join("server.json")
 }
 
+/// Shorter operator tokens are warned of at start.
+const ADMIN_TOKEN_MIN: usize = 32;
+
 /// The operator's token: read from the data directory, or made there. The
 /// file is readable by its owner only: created so (never world-readable,
 /// not even for a moment), and an existing one with looser permissions is
@@ -150,7 +153,15 @@ fn admin_token(data_dir: &Path) -> Result<String, StartError> {
                         .map_err(io)?;
                 }
             }
-            Ok(token.trim().to_string())
+            let token = token.trim().to_string();
+            if token.chars().count() < ADMIN_TOKEN_MIN {
+                tracing::warn!(
+                    path = %path.display(),
+                    "the admin token is {} characters: short enough to guess (a venue makes one of 40 random characters when the file is missing)",
+                    token.chars().count()
+                );
+            }
+            Ok(token)
         }
         _ => {
             let token = random_token(40);
@@ -220,14 +231,21 @@ impl Server {
         // The addresses are taken before the data directory is made or
         // the journal opened: a start that cannot serve must not journal a
         // first configuration, which would fix the venue's environment and
-        // series for good, nor leave a new directory behind.
+        // series for good, nor leave a new directory behind. Both bind with
+        // SO_REUSEADDR, so two on one port would both bind and clash only
+        // at `listen`, after the journal: that is refused here.
+        if share_a_port(config.listen, config.admin_listen) {
+            return Err(StartError::Config(format!(
+                "listen ({}) and admin_listen ({}) take the same port: the admin endpoint needs its own",
+                config.listen, config.admin_listen
+            )));
+        }
         let public = reserve(config.listen)?;
         let private = reserve(config.admin_listen)?;
         std::fs::create_dir_all(&config.data_dir).map_err(|error| StartError::DataDir {
             path: config.data_dir.clone(),
             error,
         })?;
-        let token = admin_token(&config.data_dir)?;
         if !config.admin_listen.ip().is_loopback() {
             tracing::warn!(
                 admin_listen = %config.admin_listen,
@@ -255,6 +273,9 @@ impl Server {
             history_dir: Some(config.data_dir.join("history")),
         };
         let (node, report) = Node::open(node_config, now_ms())?;
+        // After the journal's lock: a second start on a running venue's
+        // directory must not write a token the running one does not know.
+        let token = admin_token(&config.data_dir)?;
         let open_report = format!(
             "journal: {} records, last seq {}{}; replayed {} commands{}",
             report.recovery.records,
@@ -372,7 +393,8 @@ impl Server {
         for series in &node.state().series {
             simulated.insert(series.config.symbol.clone(), 100.0);
         }
-        for s in &config.series {
+        let add_series = config.series_listed || existing.is_empty();
+        for s in config.series.iter().filter(|_| add_series) {
             simulated.insert(s.symbol.clone(), s.sim_start_price.unwrap_or(100.0));
         }
         for (symbol, price) in simulated.iter_mut() {
@@ -440,10 +462,17 @@ impl Server {
             tracing::info!(tail_ms, "history tail set");
         }
 
-        // Series from the configuration that the journal does not have yet.
+        // Series from the configuration that the journal does not have yet;
+        // the built-in list only for a venue that has no series.
+        if !add_series {
+            tracing::info!(
+                series = existing.len(),
+                "no series listed in the configuration: the venue goes on with the series it has (the built-in list is for a new venue)"
+            );
+        }
         for series in series_configs
             .into_iter()
-            .filter(|s| !existing.contains(&s.ticker))
+            .filter(|s| add_series && !existing.contains(&s.ticker))
         {
             let ticker = series.ticker.clone();
             let reply = runtime.block_on(submitter.internal(Command::CreateSeries(series)));
@@ -637,6 +666,15 @@ impl Drop for Server {
 
 /// Binds a socket to `addr` (so a taken address fails the start before
 /// anything is journaled) without listening on it yet.
+/// Whether two listening addresses would take one port: the same port
+/// (not 0, which the system chooses) on the same address, or on a wildcard
+/// address that covers the other.
+fn share_a_port(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.port() != 0
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
 fn reserve(addr: SocketAddr) -> Result<tokio::net::TcpSocket, StartError> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()

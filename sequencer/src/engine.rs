@@ -522,7 +522,10 @@ impl State {
 
     fn configure(&mut self, config: &VenueConfig) -> Reply {
         if !(1..=MONEY_CENTS_MAX).contains(&config.account_risk_cap_cents) {
-            return Reply::reject(ErrorCode::BadRequest, "account_risk_cap must be positive");
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                "account_risk_cap must be positive and at most $10,000,000,000",
+            );
         }
         self.config = config.clone();
         Reply::Ok
@@ -665,7 +668,10 @@ impl State {
 
     fn set_risk_cap(&mut self, id: AccountId, cents: Option<Cents>) -> Reply {
         if cents.is_some_and(|c| !(1..=MONEY_CENTS_MAX).contains(&c)) {
-            return Reply::reject(ErrorCode::BadRequest, "risk cap must be positive");
+            return Reply::reject(
+                ErrorCode::BadRequest,
+                "risk cap must be positive and at most $10,000,000,000",
+            );
         }
         let Some(account) = self.account_mut(id) else {
             return Reply::reject(ErrorCode::NotFound, format!("account {id} does not exist"));
@@ -1789,7 +1795,7 @@ pub fn check_series(config: &SeriesConfig) -> Result<(), Reject> {
         return bad("fee rates must be 0 to 1");
     }
     if !(1..=MONEY_CENTS_MAX).contains(&config.market_cap_cents) {
-        return bad("market cap must be positive");
+        return bad("market cap must be positive and at most $10,000,000,000");
     }
     Ok(())
 }
@@ -1797,10 +1803,14 @@ pub fn check_series(config: &SeriesConfig) -> Result<(), Reject> {
 fn check_limits_shape(limits: &KeyLimits) -> Result<(), Reject> {
     let positive = |v: Option<u64>| v.is_none_or(|v| v > 0 && v <= MONEY_CENTS_MAX as u64);
     if !positive(limits.max_order_cents) {
-        return Err(Reject::bad_request("max_order_usd must be positive"));
+        return Err(Reject::bad_request(
+            "max_order_usd must be positive and at most $10,000,000,000",
+        ));
     }
     if !positive(limits.max_daily_cents) {
-        return Err(Reject::bad_request("max_daily_usd must be positive"));
+        return Err(Reject::bad_request(
+            "max_daily_usd must be positive and at most $10,000,000,000",
+        ));
     }
     if limits.max_open_orders == Some(0) {
         return Err(Reject::bad_request("max_open_orders must be positive"));

@@ -65,6 +65,10 @@ enum AccountCommand {
     Unsuspend { account: u32 },
     /// Shows cash, holds and flags.
     Show { account: u32 },
+    /// Sets the account's cap on the amount at risk across open windows
+    /// (dollars), or with `default` goes back to the venue's
+    /// `account_risk_cap_usd`.
+    RiskCap { account: u32, usd: String },
 }
 
 #[derive(Subcommand)]
@@ -80,9 +84,9 @@ enum KeyCommand {
         #[arg(long, default_value = "")]
         name: String,
         #[arg(long, value_parser = usd)]
-        max_order_usd: Option<f64>,
+        max_order_usd: Option<String>,
         #[arg(long, value_parser = usd)]
-        max_daily_usd: Option<f64>,
+        max_daily_usd: Option<String>,
         #[arg(long)]
         max_open_orders: Option<u32>,
         /// Series the key may trade, comma separated.
@@ -94,8 +98,22 @@ enum KeyCommand {
         #[arg(long)]
         expires_days: Option<u32>,
     },
-    Revoke {
+    /// Revokes a key at once (its resting orders stay on the book).
+    Revoke { key_id: String },
+    /// Replaces a key's limits with those given. A limit left out is none,
+    /// but a trade key always has both dollar limits: one left out is the
+    /// default, $20 an order or $500 a day.
+    Limits {
         key_id: String,
+        #[arg(long, value_parser = usd)]
+        max_order_usd: Option<String>,
+        #[arg(long, value_parser = usd)]
+        max_daily_usd: Option<String>,
+        #[arg(long)]
+        max_open_orders: Option<u32>,
+        /// Series the key may trade, comma separated.
+        #[arg(long)]
+        series: Option<String>,
     },
     /// Lists keys (never a secret).
     List {
@@ -106,17 +124,21 @@ enum KeyCommand {
 
 #[derive(Subcommand)]
 enum TradingCommand {
+    /// Pauses trading on the whole platform: new orders answer 503
+    /// TRADING_PAUSED, cancels still work.
     Pause {
         /// When the pause ends by itself: epoch ms or RFC 3339 (like
         /// 2026-11-21T21:00:00Z).
         #[arg(long, value_name = "TIME", value_parser = crate::timefmt::parse_time)]
         until: Option<u64>,
     },
+    /// Ends a pause.
     Resume,
 }
 
 #[derive(Subcommand)]
 enum ListCommand {
+    /// Every series with its settings.
     List,
 }
 
@@ -179,10 +201,29 @@ impl Client {
         Ok(Self::new(addr, token.trim().to_string()))
     }
 
-    fn answer(response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Value> {
-        let mut response = response.context(
-            "the admin endpoint did not answer in time (a command sent may still be applied: look before sending it again)",
-        )?;
+    fn answer(
+        &self,
+        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<Value> {
+        let mut response = match response {
+            Ok(response) => response,
+            // Nothing listens there: nothing was sent (it was reported as
+            // a timeout, sending the operator to look for a phantom
+            // deposit).
+            Err(ureq::Error::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => bail!(
+                "no venue answers at {} (connection refused): the server is not running, or the server.json of the data directory is left from one that stopped; nothing was sent",
+                self.base
+            ),
+            Err(ureq::Error::ConnectionFailed) => bail!(
+                "no venue answers at {} (the connection failed): the server is not running, or the server.json of the data directory is left from one that stopped; nothing was sent",
+                self.base
+            ),
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(
+                    "the admin endpoint did not answer in time (a command sent may still be applied: look before sending it again)",
+                ))
+            }
+        };
         let status = response.status();
         let body: Value = response.body_mut().read_json().unwrap_or(Value::Null);
         if !status.is_success() {
@@ -198,7 +239,7 @@ impl Client {
 
     pub fn post(&self, path: &str, body: Value) -> Result<Value> {
         let url = format!("{}{path}", self.base);
-        Self::answer(
+        self.answer(
             self.agent
                 .post(&url)
                 .header("Authorization", &format!("Bearer {}", self.token))
@@ -208,7 +249,7 @@ impl Client {
 
     pub fn get(&self, path: &str) -> Result<Value> {
         let url = format!("{}{path}", self.base);
-        Self::answer(
+        self.answer(
             self.agent
                 .get(&url)
                 .header("Authorization", &format!("Bearer {}", self.token))
@@ -232,10 +273,10 @@ pub fn run(args: AdminArgs) -> Result<()> {
         AdminCommand::Markets(MarketsCommand::List { series, status }) => {
             let mut query = Vec::new();
             if let Some(series) = series {
-                query.push(format!("series_ticker={series}"));
+                query.push(format!("series_ticker={}", encoded(&series)));
             }
             if let Some(status) = status {
-                query.push(format!("status={status}"));
+                query.push(format!("status={}", encoded(&status)));
             }
             let path = if query.is_empty() {
                 "/admin/markets".to_string()
@@ -280,7 +321,44 @@ fn account(client: &Client, command: AccountCommand) -> Result<Value> {
         AccountCommand::Suspend { account } => flag(account, "suspended", true),
         AccountCommand::Unsuspend { account } => flag(account, "suspended", false),
         AccountCommand::Show { account } => client.get(&format!("/admin/accounts/{account}")),
+        AccountCommand::RiskCap { account, usd } => client.post(
+            &format!("/admin/accounts/{account}/risk-cap"),
+            if usd == "default" {
+                json!({ "usd": null })
+            } else {
+                json!({ "usd": usd })
+            },
+        ),
     }
+}
+
+/// A comma-separated list of series tickers as the admin API takes it.
+fn series_list(series: Option<&str>) -> Option<Vec<&str>> {
+    series.map(|s| s.split(',').map(str::trim).collect())
+}
+
+/// An object without its null members (options not given).
+fn without_nulls(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect())
+        }
+        other => other,
+    }
+}
+
+/// Text put into a URL's path or query: every byte but the unreserved
+/// ones percent-encoded (a key id `a/../b` was a path of its own, a
+/// series `x&status=open` a second filter).
+fn encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 fn key(client: &Client, command: KeyCommand) -> Result<Value> {
@@ -296,39 +374,40 @@ fn key(client: &Client, command: KeyCommand) -> Result<Value> {
             series,
             ips,
             expires_days,
-        } => {
-            let series: Option<Vec<&str>> = series
-                .as_deref()
-                .map(|s| s.split(',').map(str::trim).collect());
-            client.post(
-                "/admin/keys",
-                json!({
-                    "account": account,
-                    "scopes": scopes,
-                    "env": env,
-                    "name": name,
-                    "max_order_usd": max_order_usd,
-                    "max_daily_usd": max_daily_usd,
-                    "max_open_orders": max_open_orders,
-                    "series": series,
-                    "ips": ips,
-                    "expires_days": expires_days,
-                })
-                .as_object()
-                .map(|m| {
-                    Value::Object(
-                        m.iter()
-                            .filter(|(_, v)| !v.is_null())
-                            .map(|(k, v)| (k.clone(), v.clone()))
-                            .collect(),
-                    )
-                })
-                .unwrap_or_default(),
-            )
-        }
-        KeyCommand::Revoke { key_id } => {
-            client.post(&format!("/admin/keys/{key_id}/revoke"), json!({}))
-        }
+        } => client.post(
+            "/admin/keys",
+            without_nulls(json!({
+                "account": account,
+                "scopes": scopes,
+                "env": env,
+                "name": name,
+                "max_order_usd": max_order_usd,
+                "max_daily_usd": max_daily_usd,
+                "max_open_orders": max_open_orders,
+                "series": series_list(series.as_deref()),
+                "ips": ips,
+                "expires_days": expires_days,
+            })),
+        ),
+        KeyCommand::Revoke { key_id } => client.post(
+            &format!("/admin/keys/{}/revoke", encoded(&key_id)),
+            json!({}),
+        ),
+        KeyCommand::Limits {
+            key_id,
+            max_order_usd,
+            max_daily_usd,
+            max_open_orders,
+            series,
+        } => client.post(
+            &format!("/admin/keys/{}/limits", encoded(&key_id)),
+            without_nulls(json!({
+                "max_order_usd": max_order_usd,
+                "max_daily_usd": max_daily_usd,
+                "max_open_orders": max_open_orders,
+                "series": series_list(series.as_deref()),
+            })),
+        ),
         KeyCommand::List { account } => match account {
             Some(a) => client.get(&format!("/admin/keys?account={a}")),
             None => client.get("/admin/keys"),
@@ -410,10 +489,12 @@ fn readable(name: &str, value: &Value) -> String {
 }
 
 /// A dollar limit on the command line: a finite positive number (`NaN` or
-/// `inf` would reach the server as JSON `null`, that is no limit given).
-fn usd(text: &str) -> Result<f64, String> {
+/// `inf` would reach the server as JSON `null`, that is no limit given),
+/// sent as the text given: as a JSON number, 10000000000.01 lost its cents
+/// to binary rounding and was refused as no dollar amount.
+fn usd(text: &str) -> Result<String, String> {
     match text.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(text.to_string()),
         _ => Err(format!(
             "{text} is not a positive dollar amount such as 250 or 19.99"
         )),

@@ -195,6 +195,41 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
         .max()
         .unwrap_or(0);
     assert!(longest_digits < 13, "no epoch milliseconds: {text}");
+    // A key's limits replaced; a trade key keeps a daily limit (the default).
+    admin_json(
+        d,
+        &[
+            "key",
+            "limits",
+            &key_id,
+            "--max-order-usd",
+            "75",
+            "--series",
+            "btc-1m",
+        ],
+    );
+    let limits = &admin_json(d, &["key", "list", "--account", &id])["keys"][0]["limits"];
+    assert_eq!(limits["max_order_usd"], 75, "{limits}");
+    assert_eq!(limits["max_daily_usd"], 500, "{limits}");
+    assert_eq!(limits["markets"], serde_json::json!(["btc-1m"]), "{limits}");
+    // The account's risk cap, set and back to the venue's.
+    admin_json(d, &["account", "risk-cap", &id, "250"]);
+    admin_json(d, &["account", "risk-cap", &id, "default"]);
+    // Text in a path or a query is one value, not more of the URL: a key
+    // id with slashes is a key that does not exist, a series with `&` a
+    // bad ticker (not a second filter).
+    let (ok, _, err) = admin(d, &["key", "revoke", "ABC/../x"]);
+    assert!(!ok && err.contains("key ABC/../x does not exist"), "{err}");
+    let (ok, _, err) = admin(
+        d,
+        &[
+            "markets",
+            "list",
+            "--series",
+            &format!("{series}&status=open"),
+        ],
+    );
+    assert!(!ok && err.contains("series_ticker"), "{err}");
     admin_json(d, &["key", "revoke", &key_id]);
     let (status, revoked) = http(&server.addr, "GET", "/account", &secret_key, None);
     assert_eq!(
@@ -286,6 +321,29 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
             vec!["account".into(), "deposit".into(), id.clone(), "abc".into()],
             "dollar amount",
         ),
+        (
+            vec![
+                "account".into(),
+                "deposit".into(),
+                id.clone(),
+                "99999999999999".into(),
+            ],
+            "must be at most $10,000,000,000",
+        ),
+        (
+            vec![
+                "key".into(),
+                "limits".into(),
+                key_id.clone(),
+                "--max-daily-usd".into(),
+                "10000000000.01".into(),
+            ],
+            "max_daily_usd must be positive and at most $10,000,000,000",
+        ),
+        (
+            vec!["account".into(), "risk-cap".into(), id.clone(), "0".into()],
+            "risk cap must be positive and at most $10,000,000,000",
+        ),
     ];
     for (args, expected) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -299,9 +357,20 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
     let (ok, _, err) = admin(d, &["key", "issue", "--account", &id]);
     assert!(!ok && err.contains("already has 5 active keys"), "{err}");
 
+    // A venue killed leaves its server.json: the CLI says nothing answers
+    // and nothing was sent (it said the endpoint "did not answer in time",
+    // as if a deposit might have landed).
+    let server_json = std::fs::read(d.join("server.json")).unwrap();
     assert!(server.sigterm().success());
     let (ok, _, err) = admin(d, &["series", "list"]);
     assert!(!ok && err.contains("no running server"), "{err}");
+    std::fs::write(d.join("server.json"), server_json).unwrap();
+    let (ok, _, err) = admin(d, &["account", "deposit", &id, "5"]);
+    assert!(!ok, "a deposit to a stopped venue");
+    assert!(
+        err.contains("no venue answers") && err.contains("nothing was sent"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -521,6 +590,46 @@ fn a_restart_with_a_changed_configuration_keeps_the_venue_consistent() {
         (after / before - 1.0).abs() < 0.02,
         "the walk went on from {before}, not from a start price: {after}"
     );
+
+    // A restart with no configuration file: the built-in series are for a
+    // new venue; this one keeps its one series (they were added for good).
+    let created = || {
+        let dump = Command::new(BIN)
+            .args([
+                "journal",
+                "dump",
+                "--json",
+                "--kind",
+                "create_series",
+                "--data-dir",
+            ])
+            .arg(&data)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&dump.stdout).lines().count()
+    };
+    assert_eq!(created(), 1);
+    let mut serve = Launch::new(&data, None).start();
+    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
+    assert_eq!(
+        created(),
+        1,
+        "the built-in series were added to a venue that had one"
+    );
+    // A file that lists series adds those it does not have yet.
+    let mut serve = Launch::new(&data, Some(&config)).start();
+    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
+    assert_eq!(created(), 1);
+    let more = dir.path().join("more.toml");
+    std::fs::write(
+        &more,
+        first.toml()
+            + "\n[[series]]\nticker = \"rel-b\"\nsymbol = \"X:ETHUSD\"\nwindow_minutes = 15\n",
+    )
+    .unwrap();
+    let mut serve = Launch::new(&data, Some(&more)).start();
+    assert!(serve.sigterm().success(), "{}", serve.stderr.text());
+    assert_eq!(created(), 2, "a series listed in the file was not added");
 }
 
 /// A start that cannot serve (its address is taken) exits 2 naming the
@@ -549,6 +658,30 @@ fn a_start_that_cannot_listen_journals_nothing() {
         assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
         assert_eq!(err.matches("(os error").count(), 1, "the cause once: {err}");
         assert!(!data.exists(), "{flag}: the data directory was made");
+    }
+    // The two addresses on one port: each binds (SO_REUSEADDR) and they
+    // clashed only at listen, after the journal was made. A wildcard
+    // address covers the loopback one.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    for (public, admin) in [
+        (format!("127.0.0.1:{port}"), format!("127.0.0.1:{port}")),
+        (format!("0.0.0.0:{port}"), format!("127.0.0.1:{port}")),
+    ] {
+        let output = Command::new(BIN)
+            .args(["serve", "--data-dir"])
+            .arg(&data)
+            .args(["--listen", &public, "--admin-listen", &admin])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{public} {admin}: {err}");
+        assert!(err.contains("take the same port"), "{err}");
+        assert!(
+            !data.exists(),
+            "{public} {admin}: the data directory was made"
+        );
     }
     let live = dir.path().join("live.toml");
     std::fs::write(&live, "environment = \"live\"\nprice_simulator = false\n").unwrap();
@@ -618,6 +751,54 @@ fn settings_out_of_range_are_refused_naming_them() {
         (
             "[[series]]\nticker = \"a\"\nsymbol = \"A\"\nwindow_minutes = 1\n[[series]]\nticker = \"a\"\nsymbol = \"B\"\nwindow_minutes = 5",
             "series \"a\" is listed twice",
+        ),
+        // Huge values, written to mean "forever" or "no limit": the first
+        // failed key panicked the venue (a deadline past the clock's
+        // range), every connection panicked, or the queue asked for
+        // terabytes. Every number now has an upper bound.
+        (
+            "lockout_secs = 9223372036854775807",
+            "lockout_secs must be at most 604800",
+        ),
+        (
+            "http_idle_timeout_secs = 9223372036854775807",
+            "http_idle_timeout_secs must be at most 86400",
+        ),
+        (
+            "queue_capacity = 1099511627776",
+            "queue_capacity must be at most 1048576",
+        ),
+        (
+            "ws_ping_interval_ms = 9223372036854775807",
+            "ws_ping_interval_ms must be at most 600000",
+        ),
+        (
+            "request_timeout_ms = 9223372036854775807",
+            "request_timeout_ms must be at most 600000",
+        ),
+        ("workers = 100000", "workers must be at most 256"),
+        ("segment_mib = 1048576", "segment_mib must be at most 16384"),
+        (
+            "price_interval_ms = 9223372036854775807",
+            "price_interval_ms must be at most 3600000",
+        ),
+        (
+            "durability_interval_ms = 9223372036854775807",
+            "durability_interval_ms must be at most 60000",
+        ),
+        // A start price that is no price was clamped: an infinite one
+        // pinned every print at the largest price.
+        (
+            "[[series]]\nticker = \"a\"\nsymbol = \"A\"\nwindow_minutes = 1\nsim_start_price = inf",
+            "series \"a\": sim_start_price must be from 0.01 to 1000000000, not inf",
+        ),
+        (
+            "[[series]]\nticker = \"a\"\nsymbol = \"A\"\nwindow_minutes = 1\nsim_start_price = -5.0",
+            "sim_start_price must be from 0.01",
+        ),
+        (
+            "[[series]]\nticker = \"a\"\nsymbol = \"A\"\nwindow_minutes = 1\nsim_start_price = nan",
+            "sim_start_price must be from 0.01",
         ),
     ] {
         let path = dir.path().join("bad.toml");

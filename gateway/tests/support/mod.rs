@@ -81,6 +81,7 @@ pub fn config(dir: &std::path::Path) -> ServerConfig {
             series(SERIES_A, 1_000_000),
             series(SERIES_B, SERIES_B_MARKET_CAP_USD),
         ],
+        series_listed: true,
         ..ServerConfig::default()
     }
 }
