@@ -947,11 +947,19 @@ fn a_second_server_on_the_same_data_directory_is_refused() {
     let data = work.data("shared");
     let written = Offline::default().write(&data);
     let mut first = work.launch(&data).start();
+    // With the token file emptied under the running venue, the refused
+    // second start writes no token the first does not know (it made one
+    // before taking the journal's lock).
+    let token_path = data.join("admin.token");
+    let token = std::fs::read_to_string(&token_path).unwrap();
+    std::fs::write(&token_path, "").unwrap();
     let stderr = refuses(&work, &data);
     assert!(
         stderr.contains("is open for writing by another process"),
         "{stderr}"
     );
+    assert_eq!(std::fs::read_to_string(&token_path).unwrap(), "");
+    std::fs::write(&token_path, token).unwrap();
     has_the_last_order_and_takes_one(&first, &written, "beside-a-refused-second");
     assert!(first.sigterm().success(), "{}", first.stderr.text());
     let report = journal::verify(&data.join("journal")).expect("verify");
