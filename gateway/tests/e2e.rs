@@ -2619,6 +2619,61 @@ fn orders_and_fills_past_the_history_tail_come_from_the_history_store() {
     for (maker, was) in makers.iter().zip(&before) {
         assert_eq!(&v.read(&order_path(maker), a.key())["order"], was);
     }
+
+    // One file of the store lost or cut short, the rest in place: the
+    // store is emptied and written anew (an operator trial: a lost
+    // `orders.dat` answered every stored order 404, "no such order").
+    let history = v.config.data_dir.join("history");
+    let cut = |name: &str, len: u64| {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(history.join(name))
+            .expect("store file");
+        file.set_len(len).expect("cut");
+    };
+    for damage in 0..3 {
+        v.restart_with(|_| match damage {
+            0 => std::fs::remove_file(history.join("orders.dat")).expect("remove"),
+            1 => cut("orders.dat", 300),
+            _ => cut("fills.dat", 0),
+        });
+        let (rebuilt, _) = fills(&v, a.key(), "?limit=10");
+        assert_eq!(rebuilt, now, "damage {damage}");
+        for (maker, was) in makers.iter().zip(&before) {
+            assert_eq!(
+                &v.read(&order_path(maker), a.key())["order"],
+                was,
+                "damage {damage}"
+            );
+        }
+    }
+
+    // Bytes of a stored order changed in place: its reads answer 503
+    // (never 404), and the next start writes the store anew.
+    let stored: u64 = id_of(&makers[0]).parse().expect("order id");
+    v.restart_with(|_| {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(history.join("orders.dat"))
+            .expect("orders.dat");
+        let at = (stored - 1) * replay::history::ORDER_SLOT as u64 + 20;
+        let mut byte = [0u8; 1];
+        file.read_exact_at(&mut byte, at).expect("read");
+        file.write_all_at(&[byte[0] ^ 0x40], at).expect("write");
+    });
+    v.get(&order_path(&makers[0]), a.key())
+        .err(503, "EXCHANGE_UNAVAILABLE");
+    assert!(
+        history.join("damaged").exists(),
+        "the damage is not recorded"
+    );
+    v.restart();
+    assert!(!history.join("damaged").exists());
+    for (maker, was) in makers.iter().zip(&before) {
+        assert_eq!(&v.read(&order_path(maker), a.key())["order"], was);
+    }
 }
 
 /// A settled market's public trades leave the live state with its book one

@@ -15,7 +15,18 @@
 //! - `tickers.dat`: one slot of [`TICKER_SLOT`] bytes per market id: its
 //!   ticker (written at listing), so a reader can show a stored order's or
 //!   fill's market without the live state.
-//! - `synced`: the seq through which everything evicted is on disk.
+//! - `synced`: the seq through which everything evicted is on disk, and
+//!   the length of each file then (files only grow, so a file shorter than
+//!   that lost records: it was truncated, or deleted and made anew).
+//! - `damaged`: present once a read found the store wrong (a checksum that
+//!   does not match, a record an eviction should have written missing);
+//!   it says why.
+//!
+//! A store found damaged at open (a `damaged` file, or a file shorter than
+//! `synced` says) is emptied and `synced` set to 0: the node then replays
+//! the journal from seq 1, which writes the store anew. Reads of a damaged
+//! store answer an error (the server's 503) until that restart; they never
+//! answer "not found" for a record that was lost.
 //!
 //! A slot or record is `[length u32][CRC-32 u32][rkyv payload]`; a slot of
 //! zeros is empty. Writing is idempotent (a replay after a crash writes the
@@ -82,7 +93,21 @@ pub struct History {
     /// A write failed: the store is behind the journal until a restart
     /// rebuilds it, and reads past the tail must not trust it.
     failed: std::sync::atomic::AtomicBool,
+    /// A read found the store wrong (the `damaged` file is written once).
+    damaged: std::sync::atomic::AtomicBool,
+    /// Why the store was emptied at open, if it was.
+    emptied: Option<String>,
 }
+
+/// The store's files, in the order `synced` records their lengths.
+const FILES: [&str; 5] = [
+    "orders.dat",
+    "fills.dat",
+    "trades.dat",
+    "trades.idx",
+    "tickers.dat",
+];
+const DAMAGED: &str = "damaged";
 
 fn slot_of(id: u64, slot: usize) -> Option<u64> {
     id.checked_sub(1)?.checked_mul(slot as u64)
@@ -140,23 +165,86 @@ fn read_full(file: &File, buf: &mut [u8], at: u64) -> io::Result<bool> {
     }
 }
 
+/// `Ok` for a file that was not there to remove.
+fn not_found_is_ok(e: io::Error) -> io::Result<()> {
+    if e.kind() == io::ErrorKind::NotFound {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
 /// Where market `market`'s slot of `size` bytes is in a per-market file.
 fn market_slot(market: MarketId, size: usize) -> u64 {
     u64::from(market) * size as u64
 }
 
-/// The seq recorded in `dir`'s `synced` file (0 when there is none).
-fn synced_through(dir: &Path) -> u64 {
-    fs::read(dir.join("synced"))
-        .ok()
-        .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)))
-        .unwrap_or(0)
+/// The seq recorded in `dir`'s `synced` file (0 when there is none), and
+/// the files' lengths then (none in a file of an older build: 8 bytes).
+fn synced_through(dir: &Path) -> (u64, Option<[u64; 5]>) {
+    let Ok(bytes) = fs::read(dir.join("synced")) else {
+        return (0, None);
+    };
+    let word = |i: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(
+            bytes.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+        ))
+    };
+    let seq = word(0).unwrap_or(0);
+    let mut lengths = [0u64; 5];
+    for (i, length) in lengths.iter_mut().enumerate() {
+        match word(i + 1) {
+            Some(n) => *length = n,
+            None => return (seq, None),
+        }
+    }
+    (seq, Some(lengths))
+}
+
+/// Why the store in `dir` cannot be trusted, if it cannot: a read found it
+/// damaged, or a file is shorter than when it was last synced.
+fn untrusted(dir: &Path) -> io::Result<Option<String>> {
+    if let Ok(why) = fs::read_to_string(dir.join(DAMAGED)) {
+        return Ok(Some(format!("a read found it damaged: {}", why.trim())));
+    }
+    let (seq, Some(lengths)) = synced_through(dir) else {
+        return Ok(None);
+    };
+    for (name, &synced) in FILES.iter().zip(&lengths) {
+        let now = match fs::metadata(dir.join(name)) {
+            Ok(meta) => meta.len(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        if now < synced {
+            return Ok(Some(format!(
+                "{name} has {now} bytes, {synced} when the store was synced through seq {seq}"
+            )));
+        }
+    }
+    Ok(None)
 }
 
 impl History {
     /// Opens (creating when missing) the store in `dir`.
     pub fn open(dir: &Path) -> io::Result<History> {
         fs::create_dir_all(dir)?;
+        // A store that lost records is emptied, to be written anew from
+        // the journal's first record (its `synced` goes to 0, so no
+        // snapshot past it starts the node).
+        let emptied = untrusted(dir)?;
+        if let Some(why) = &emptied {
+            tracing::warn!(
+                dir = %dir.display(),
+                "the history store cannot be trusted ({why}): it is emptied and written anew by a replay of the whole journal"
+            );
+            fs::remove_file(dir.join("synced")).or_else(not_found_is_ok)?;
+            for name in FILES {
+                fs::remove_file(dir.join(name)).or_else(not_found_is_ok)?;
+            }
+            fs::remove_file(dir.join(DAMAGED)).or_else(not_found_is_ok)?;
+            File::open(dir)?.sync_all()?;
+        }
         let open = |name: &str| {
             OpenOptions::new()
                 .read(true)
@@ -178,9 +266,69 @@ impl History {
             sent: AtomicU64::new(0),
             written: Mutex::new(0),
             written_cv: Condvar::new(),
-            synced: AtomicU64::new(synced_through(dir)),
+            synced: AtomicU64::new(synced_through(dir).0),
             failed: std::sync::atomic::AtomicBool::new(false),
+            damaged: std::sync::atomic::AtomicBool::new(false),
+            emptied,
         })
+    }
+
+    /// Opens an existing store for reading only (an auditor's tool beside
+    /// a venue, which owns it): nothing is made, emptied or marked.
+    pub fn open_read(dir: &Path) -> io::Result<History> {
+        let open = |name: &str| File::open(dir.join(name));
+        Ok(History {
+            dir: dir.to_path_buf(),
+            orders: open("orders.dat")?,
+            fills: open("fills.dat")?,
+            trades: open("trades.dat")?,
+            trades_idx: open("trades.idx")?,
+            tickers: open("tickers.dat")?,
+            trades_end: Mutex::new(0),
+            sent: AtomicU64::new(0),
+            written: Mutex::new(0),
+            written_cv: Condvar::new(),
+            synced: AtomicU64::new(synced_through(dir).0),
+            failed: std::sync::atomic::AtomicBool::new(false),
+            // Never recorded from here: the venue's own reads do that.
+            damaged: std::sync::atomic::AtomicBool::new(true),
+            emptied: None,
+        })
+    }
+
+    /// Why the store was emptied at open (to be written anew), if it was.
+    pub fn emptied(&self) -> Option<&str> {
+        self.emptied.as_deref()
+    }
+
+    /// Records that the store is wrong, `e` saying how, so that the next
+    /// start empties it and writes it anew; returns `e`. Every failed read
+    /// goes through here, and so must a caller that finds a record missing
+    /// that an eviction wrote (`missing`).
+    pub fn damaged(&self, e: io::Error) -> io::Error {
+        if !self.damaged.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                dir = %self.dir.display(),
+                error = %e,
+                "the history store is damaged: reads past the history tail fail until a restart, which writes the store anew from the journal"
+            );
+            // Best effort: without it, the store stays as it is.
+            let _ = fs::write(self.dir.join(DAMAGED), e.to_string())
+                .and_then(|()| File::open(self.dir.join(DAMAGED))?.sync_all());
+        }
+        e
+    }
+
+    /// A record the store must hold and does not: the store is damaged.
+    pub fn missing(&self, what: &str) -> io::Error {
+        self.damaged(io::Error::other(format!(
+            "{what} is missing from the history store"
+        )))
+    }
+
+    /// A read's result, the store marked damaged when it failed.
+    fn checked<T>(&self, result: io::Result<T>) -> io::Result<T> {
+        result.map_err(|e| self.damaged(e))
     }
 
     /// The seq through which the store is known to be on disk (0 for a
@@ -219,7 +367,8 @@ impl History {
     /// A market's ticker; `None` when the store does not hold it.
     pub fn ticker(&self, market: MarketId) -> io::Result<Option<String>> {
         let at = market_slot(market, TICKER_SLOT);
-        Ok(Self::slot_at(&self.tickers, at, TICKER_SLOT, "ticker")?
+        Ok(self
+            .checked(Self::slot_at(&self.tickers, at, TICKER_SLOT, "ticker"))?
             .map(|b| String::from_utf8_lossy(&b).into_owned()))
     }
 
@@ -331,7 +480,17 @@ impl History {
         }
         if seq > self.synced.load(Ordering::Acquire) {
             let temporary = self.dir.join("synced.tmp");
-            fs::write(&temporary, seq.to_le_bytes())?;
+            let mut record = seq.to_le_bytes().to_vec();
+            for file in [
+                &self.orders,
+                &self.fills,
+                &self.trades,
+                &self.trades_idx,
+                &self.tickers,
+            ] {
+                record.extend_from_slice(&file.metadata()?.len().to_le_bytes());
+            }
+            fs::write(&temporary, record)?;
             File::open(&temporary)?.sync_all()?;
             fs::rename(&temporary, self.dir.join("synced"))?;
             File::open(&self.dir)?.sync_all()?;
@@ -342,12 +501,13 @@ impl History {
 
     /// An evicted order; `None` when the store does not hold it.
     pub fn order(&self, id: u64) -> io::Result<Option<Order>> {
-        match Self::slot(&self.orders, id, ORDER_SLOT, "order")? {
-            None => Ok(None),
-            Some(bytes) => rkyv::from_bytes::<Order, RkyvError>(&bytes)
+        self.checked(match Self::slot(&self.orders, id, ORDER_SLOT, "order") {
+            Err(e) => Err(e),
+            Ok(None) => Ok(None),
+            Ok(Some(bytes)) => rkyv::from_bytes::<Order, RkyvError>(&bytes)
                 .map(Some)
                 .map_err(|e| decode_err("order", e)),
-        }
+        })
     }
 
     /// The checked payload of slot `id` of a fixed-slot file; `None` for an
@@ -370,12 +530,13 @@ impl History {
 
     /// An evicted fill and the account's fill evicted before it.
     pub fn fill(&self, id: u64) -> io::Result<Option<(Fill, u64)>> {
-        match Self::slot(&self.fills, id, FILL_SLOT, "fill")? {
-            None => Ok(None),
-            Some(bytes) => rkyv::from_bytes::<FillRecord, RkyvError>(&bytes)
+        self.checked(match Self::slot(&self.fills, id, FILL_SLOT, "fill") {
+            Err(e) => Err(e),
+            Ok(None) => Ok(None),
+            Ok(Some(bytes)) => rkyv::from_bytes::<FillRecord, RkyvError>(&bytes)
                 .map(|r| Some((r.fill, r.prev)))
                 .map_err(|e| decode_err("fill", e)),
-        }
+        })
     }
 
     /// The rest of an account's fills page: from the chain head in `rest`,
@@ -386,11 +547,7 @@ impl History {
         rest: &Rest,
         cursor: Option<u64>,
     ) -> io::Result<(Vec<Fill>, Option<u64>)> {
-        let missing = |id: u64| {
-            io::Error::other(format!(
-                "history fill {id} is missing (rebuild the store: docs/history-store.md)"
-            ))
-        };
+        let missing = |id: u64| self.missing(&format!("fill {id}"));
         // A cursor that names one of this account's stored fills (the last
         // fill of the previous page, or the last one a scan looked at)
         // resumes the chain right below it; any other cursor walks from the
@@ -452,6 +609,10 @@ impl History {
 
     /// A settled market's trades, oldest first; `None` when not stored.
     pub fn trades(&self, market: MarketId) -> io::Result<Option<Vec<Trade>>> {
+        self.checked(self.trades_unchecked(market))
+    }
+
+    fn trades_unchecked(&self, market: MarketId) -> io::Result<Option<Vec<Trade>>> {
         let Some((at, len)) = self.trades_record(market)? else {
             return Ok(None);
         };
@@ -711,5 +872,56 @@ mod tests {
             .expect("open");
         file.write_all_at(&[0xff], 40).expect("flip");
         assert!(history.order(1).is_err());
+        // Recorded, so the next open empties the store to be written anew.
+        assert!(dir.path().join(DAMAGED).exists());
+        drop(history);
+        let history = History::open(dir.path()).expect("reopen");
+        assert!(
+            history.emptied().unwrap().contains("checksum"),
+            "{:?}",
+            history.emptied()
+        );
+        assert_eq!(history.order(1).expect("read"), None);
+        assert!(!dir.path().join(DAMAGED).exists());
+    }
+
+    /// `synced` records each file's length: a file shorter at open (cut,
+    /// or deleted and made anew) empties the store and sets `synced` to 0,
+    /// so the node replays from seq 1; a `synced` of an older build (the
+    /// seq alone) is trusted as before.
+    #[test]
+    fn a_file_shorter_than_synced_empties_the_store() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        for id in 1..=3 {
+            history.store(&Evicted::Order(order(id))).expect("store");
+        }
+        history.sync(9).expect("sync");
+        drop(history);
+        let history = History::open(dir.path()).expect("reopen");
+        assert_eq!((history.synced(), history.emptied()), (9, None));
+        assert_eq!(history.order(3).expect("read"), Some(order(3)));
+        drop(history);
+
+        let orders = dir.path().join("orders.dat");
+        OpenOptions::new()
+            .write(true)
+            .open(&orders)
+            .expect("open")
+            .set_len(ORDER_SLOT as u64)
+            .expect("cut");
+        let history = History::open(dir.path()).expect("reopen");
+        assert_eq!(history.synced(), 0);
+        assert!(history.emptied().unwrap().contains("orders.dat"));
+        assert_eq!(history.order(1).expect("read"), None);
+        drop(history);
+
+        // An older build's `synced`: the seq alone.
+        let history = History::open(dir.path()).expect("open");
+        history.store(&Evicted::Order(order(2))).expect("store");
+        drop(history);
+        fs::write(dir.path().join("synced"), 5u64.to_le_bytes()).expect("old synced");
+        let history = History::open(dir.path()).expect("reopen");
+        assert_eq!((history.synced(), history.emptied()), (5, None));
     }
 }

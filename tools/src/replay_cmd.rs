@@ -52,7 +52,9 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "ID")]
     account: Vec<u32>,
     /// Export a market: its record, book and trades, as REST shows them
-    /// (repeatable).
+    /// (a settled market's trades past the history tail from the venue's
+    /// history store, with --data-dir; `trades_from` says where they came
+    /// from) (repeatable).
     #[arg(long, value_name = "TICKER")]
     market: Vec<String>,
     /// Compare with another journal (a data directory or a journal
@@ -262,8 +264,16 @@ pub fn run(args: ReplayArgs) -> Result<()> {
     for &id in &args.account {
         exports.push(account_export(state, id)?);
     }
+    // A settled market's trades leave for the venue's history store one
+    // history tail after settlement: read from there (read only) when the
+    // data directory is given.
+    let history = args
+        .source
+        .data_dir
+        .as_ref()
+        .map(|d| replay::history::History::open_read(&d.join("history")));
     for ticker in &args.market {
-        exports.push(market_export(state, ticker)?);
+        exports.push(market_export(state, ticker, history.as_ref())?);
     }
     let summary = summary_json(&outcome, &journal, secs);
     if exports.is_empty() {
@@ -505,21 +515,54 @@ pub fn account_export(state: &State, id: u32) -> Result<Value> {
 }
 
 /// A market as of the state: its REST record, book and trades (newest
-/// first; none once a settled market's trades left for the history store),
-/// and its resting orders with their accounts.
-pub fn market_export(state: &State, ticker: &str) -> Result<Value> {
+/// first), and its resting orders with their accounts. The trades of a
+/// settled market that left the live state come from the venue's history
+/// store (`history`, opened from the data directory; they do not change
+/// after settlement); without it they are `null`, and `trades_from` says
+/// why.
+pub fn market_export(
+    state: &State,
+    ticker: &str,
+    history: Option<&std::io::Result<replay::history::History>>,
+) -> Result<Value> {
     let market = state
         .market_by_ticker(ticker)
         .ok_or_else(|| anyhow!("no market {ticker} as of seq {}", state.last_seq))?;
     let book = state
         .query_orderbook(ticker, None)
         .map_err(|e| anyhow!("{e}"))?;
-    let trades: Vec<Value> = market
-        .trades
-        .iter()
-        .rev()
-        .map(|t| rest::trade(state, t))
-        .collect();
+    let newest_first = |trades: &[sequencer::state::Trade]| -> Vec<Value> {
+        trades.iter().rev().map(|t| rest::trade(state, t)).collect()
+    };
+    let (trades, trades_from) = if !market.history {
+        (
+            Some(newest_first(&market.trades)),
+            "the live state".to_string(),
+        )
+    } else {
+        match history {
+            None => (
+                None,
+                "the history store, not read: give --data-dir to read it".to_string(),
+            ),
+            Some(Err(e)) => (
+                None,
+                format!("the history store, which could not be opened: {e}"),
+            ),
+            Some(Ok(store)) => match store.trades(market.id) {
+                Ok(Some(trades)) => (Some(newest_first(&trades)), "the history store".to_string()),
+                Ok(None) => (
+                    None,
+                    "the history store, which does not hold them (not yet written, or lost)"
+                        .to_string(),
+                ),
+                Err(e) => (
+                    None,
+                    format!("the history store, which could not be read: {e}"),
+                ),
+            },
+        }
+    };
     let resting: Vec<Value> = state
         .orders
         .iter()
@@ -536,6 +579,7 @@ pub fn market_export(state: &State, ticker: &str) -> Result<Value> {
         "ts_ms": state.now_ms,
         "orderbook": rest::orderbook(&book),
         "trades": trades,
+        "trades_from": trades_from,
         "resting_orders": resting,
         "pairs": market.pairs,
         "open_interest": { "up": market.open_interest[0], "down": market.open_interest[1] },

@@ -1396,3 +1396,165 @@ fn tools_stop_at_a_newer_builds_rules() {
     let (ok, out, err) = updown(&["journal", "verify", "--data-dir", d]);
     assert!(ok, "verify reads records only: {out} {err}");
 }
+
+/// `replay --market` of a settled market whose trades left the live state
+/// (one history tail after settlement) shows them from the venue's
+/// history store, read only, when given the data directory; from a bare
+/// journal, `null` with a word saying where they are. (It exported an
+/// empty list, as if the market never traded.)
+#[test]
+fn replay_market_reads_a_settled_markets_trades_from_the_history_store() {
+    use sequencer::command::{AccountFlag, NewKey, NewOrder, SeriesConfig};
+    use sequencer::types::{
+        Action, ClientOrderId, Environment, KeyLimits, Outcome, Scopes, TimeInForce,
+    };
+    use sequencer::Reply;
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut config = node_config(&data);
+    config.history_dir = Some(data.join("history"));
+    const MINUTE: u64 = 60_000;
+    let t0 = 30_000_000 * MINUTE;
+    let (mut node, _) = Node::open(config, t0).expect("open");
+    let submit = |node: &mut Node, ts: u64, command: Cmd| {
+        let (_, reply) = node.submit(ts, command).expect("append");
+        assert!(!reply.is_rejected(), "{reply:?}");
+        reply
+    };
+    submit(&mut node, t0, Cmd::SetRetention { tail_ms: 1_000 });
+    submit(
+        &mut node,
+        t0,
+        Cmd::CreateSeries(SeriesConfig {
+            ticker: "hist-1m".into(),
+            symbol: "X:BTCUSD".into(),
+            window_ms: MINUTE,
+            list_ahead: 1,
+            taker_fee_bps: 700,
+            maker_fee_bps: 0,
+            market_cap_cents: 100_000_000,
+        }),
+    );
+    let price = |t_ms: u64, dollars: i64| Cmd::Price {
+        symbol: "X:BTCUSD".into(),
+        price_e8: dollars * 100_000_000,
+        t_ms,
+    };
+    submit(&mut node, t0 + 1, price(t0 + 1, 97_000));
+    submit(&mut node, t0 + 2, Cmd::Tick);
+    let market = node.state().active_markets[0];
+    let ticker = node.state().markets[market as usize].ticker.clone();
+    let mut keys = Vec::new();
+    for i in 0..2 {
+        let Reply::AccountCreated { account } = submit(&mut node, t0 + 3, Cmd::CreateAccount)
+        else {
+            panic!("no account")
+        };
+        submit(
+            &mut node,
+            t0 + 3,
+            Cmd::Deposit {
+                account,
+                cents: 100_000,
+            },
+        );
+        for flag in [AccountFlag::TermsAccepted, AccountFlag::TradingAllowed] {
+            submit(
+                &mut node,
+                t0 + 3,
+                Cmd::SetAccountFlag {
+                    account,
+                    flag,
+                    value: true,
+                },
+            );
+        }
+        let Reply::KeyIssued { key } = submit(
+            &mut node,
+            t0 + 3,
+            Cmd::IssueKey(NewKey {
+                account,
+                key_id: format!("hist{i}"),
+                fingerprint: gateway::auth::fingerprint(&format!("histsecret{i}abcdefgh")),
+                name: "hist".into(),
+                environment: Environment::Test,
+                scopes: Scopes::parse_list("read,trade").expect("scopes"),
+                limits: KeyLimits {
+                    max_order_cents: Some(100_000),
+                    max_daily_cents: Some(100_000),
+                    max_open_orders: None,
+                    series: None,
+                },
+                ip_allowlist: Vec::new(),
+                expires_days: None,
+            }),
+        ) else {
+            panic!("no key")
+        };
+        keys.push(key);
+    }
+    // Three trades: an up bid crossed by a down bid each time.
+    for n in 0..3u8 {
+        for (trader, outcome, price) in [(0, Outcome::Up, 40 + n), (1, Outcome::Down, 60 - n)] {
+            submit(
+                &mut node,
+                t0 + 10 + u64::from(n),
+                Cmd::PlaceOrder {
+                    key: keys[trader],
+                    order: NewOrder {
+                        market,
+                        outcome,
+                        action: Action::Buy,
+                        price,
+                        count: 1,
+                        time_in_force: TimeInForce::GoodTillCanceled,
+                        post_only: false,
+                        client_order_id: ClientOrderId::new(&format!("h{trader}-{n}")).expect("id"),
+                    },
+                },
+            );
+        }
+    }
+    assert_eq!(node.state().markets[market as usize].trades.len(), 3);
+    // The window closes and settles; a tail later its trades leave.
+    submit(&mut node, t0 + MINUTE, price(t0 + MINUTE, 97_100));
+    submit(&mut node, t0 + MINUTE + 1, Cmd::Tick);
+    submit(&mut node, t0 + MINUTE + 3_000, Cmd::Tick);
+    assert!(
+        node.state().markets[market as usize].history,
+        "the trades did not leave"
+    );
+    node.commit().expect("commit");
+    node.snapshot().expect("snapshot: the store synced");
+    drop(node);
+
+    let d = p(&data);
+    let exported = json_one(&updown_ok(&[
+        "replay",
+        "--data-dir",
+        d,
+        "--market",
+        &ticker,
+    ]));
+    assert_eq!(exported["trades_from"], "the history store", "{exported}");
+    let trades = exported["trades"].as_array().expect("trades");
+    assert_eq!(trades.len(), 3, "{exported}");
+    assert!(
+        trades[0]["trade_id"].as_str() > trades[2]["trade_id"].as_str(),
+        "newest first"
+    );
+    let journal_only = data.join("journal");
+    let bare = json_one(&updown_ok(&[
+        "replay",
+        "--journal",
+        p(&journal_only),
+        "--market",
+        &ticker,
+    ]));
+    assert!(bare["trades"].is_null(), "{bare}");
+    assert!(
+        bare["trades_from"].as_str().unwrap().contains("--data-dir"),
+        "{bare}"
+    );
+}

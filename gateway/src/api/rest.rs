@@ -107,9 +107,10 @@ fn history_failed(e: std::io::Error) -> ApiError {
     ApiError::unavailable("The history store could not be read; try again later.")
 }
 
-/// A record the history store should hold and does not.
-fn history_missing(what: String) -> ApiError {
-    history_failed(std::io::Error::other(format!("{what} is missing")))
+/// A record the history store should hold and does not: the store lost
+/// it, and is marked damaged (written anew at the next start).
+fn history_missing(history: &History, what: String) -> ApiError {
+    history_failed(history.missing(&what))
 }
 
 /// A market's ticker from the history store, remembered for the page.
@@ -124,7 +125,7 @@ fn ticker_of(
     let ticker = history
         .ticker(market)
         .map_err(history_failed)?
-        .ok_or_else(|| history_missing(format!("the ticker of market {market}")))?;
+        .ok_or_else(|| history_missing(history, format!("the ticker of market {market}")))?;
     tickers.insert(market, ticker.clone());
     Ok(ticker)
 }
@@ -618,7 +619,11 @@ async fn cancel_order(
 }
 
 /// `{"order": Order}` of an order the history store holds, if it is
-/// `account`'s; `ORDER_NOT_FOUND` otherwise, as for an id never used.
+/// `account`'s; `ORDER_NOT_FOUND` for another account's, as for an id
+/// never used. The sequencer sends only ids it evicted, so an empty slot
+/// is a store that lost the order: 503, never "no such order" (a client
+/// told so might place it again; it answered 404 when `orders.dat` was
+/// deleted or cut short).
 fn order_from_history(
     history: &History,
     order_id: u64,
@@ -627,8 +632,10 @@ fn order_from_history(
     let order = history
         .order(order_id)
         .map_err(history_failed)?
-        .filter(|o| o.account == account)
-        .ok_or_else(|| ApiError::from(sequencer::query::order_not_found(order_id)))?;
+        .ok_or_else(|| history_missing(history, format!("order {order_id}")))?;
+    if order.account != account {
+        return Err(ApiError::from(sequencer::query::order_not_found(order_id)));
+    }
     let ticker = ticker_of(history, &mut Default::default(), order.market)?;
     Ok(json!({ "order": json::order_in(&ticker, &order) }))
 }
@@ -948,7 +955,9 @@ async fn trades(State(app): Shared, TickerParam(ticker): TickerParam, uri: Uri) 
             let all = history
                 .trades(market)
                 .map_err(history_failed)?
-                .ok_or_else(|| history_missing(format!("the trades of market {market}")))?;
+                .ok_or_else(|| {
+                    history_missing(history, format!("the trades of market {market}"))
+                })?;
             let page = sequencer::query::trades_page(&all, rest.wanted, cursor_in);
             let trades: Vec<Value> = page
                 .items
