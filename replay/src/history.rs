@@ -469,27 +469,25 @@ impl History {
 
     /// Makes everything written durable and records `seq` as synced.
     pub fn sync(&self, seq: u64) -> io::Result<()> {
-        for file in [
+        let files = [
             &self.orders,
             &self.fills,
             &self.trades,
             &self.trades_idx,
             &self.tickers,
-        ] {
+        ];
+        // The lengths before the sync: the writer may go on extending a
+        // file meanwhile, and a length past what the sync covered could
+        // be lost in a crash, making the store look cut short.
+        let mut record = seq.to_le_bytes().to_vec();
+        for file in files {
+            record.extend_from_slice(&file.metadata()?.len().to_le_bytes());
+        }
+        for file in files {
             file.sync_data()?;
         }
         if seq > self.synced.load(Ordering::Acquire) {
             let temporary = self.dir.join("synced.tmp");
-            let mut record = seq.to_le_bytes().to_vec();
-            for file in [
-                &self.orders,
-                &self.fills,
-                &self.trades,
-                &self.trades_idx,
-                &self.tickers,
-            ] {
-                record.extend_from_slice(&file.metadata()?.len().to_le_bytes());
-            }
             fs::write(&temporary, record)?;
             File::open(&temporary)?.sync_all()?;
             fs::rename(&temporary, self.dir.join("synced"))?;
