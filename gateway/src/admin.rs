@@ -484,25 +484,8 @@ async fn issue_key(State(admin): Shared, raw: Body) -> Response {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    // A key limited to series that do not exist could never trade: refused,
-    // naming the first (series are never removed, so the check holds).
-    if let Some(series) = limits.series.clone() {
-        let unknown = admin
-            .submitter
-            .read(None, move |state, _| {
-                Ok(series
-                    .into_iter()
-                    .find(|t| state.series_by_ticker(t).is_none()))
-            })
-            .await;
-        match unknown {
-            Ok(None) => {}
-            Ok(Some(ticker)) => {
-                return ApiError::new(ErrorCode::SeriesNotFound, format!("No series {ticker}."))
-                    .into_response()
-            }
-            Err(e) => return e.into_response(),
-        }
+    if let Err(e) = series_exist(&admin, &limits).await {
+        return e.into_response();
     }
     let key_id = random_token(16);
     let secret = random_token(32);
@@ -573,6 +556,30 @@ async fn revoke_key(State(admin): Shared, Segment(key_id): Segment) -> Response 
     )
 }
 
+/// A key limited to series that do not exist could never trade: refused,
+/// naming the first (series are never removed, so the check holds), when
+/// a key is issued and when its limits are set.
+async fn series_exist(admin: &Admin, limits: &KeyLimits) -> Result<(), ApiError> {
+    let Some(series) = limits.series.clone() else {
+        return Ok(());
+    };
+    let unknown = admin
+        .submitter
+        .read(None, move |state, _| {
+            Ok(series
+                .into_iter()
+                .find(|t| state.series_by_ticker(t).is_none()))
+        })
+        .await?;
+    match unknown {
+        None => Ok(()),
+        Some(ticker) => Err(ApiError::new(
+            ErrorCode::SeriesNotFound,
+            format!("No series {ticker}."),
+        )),
+    }
+}
+
 async fn key_limits(State(admin): Shared, Segment(key_id): Segment, raw: Body) -> Response {
     let limits = async {
         let map = body(raw).await?;
@@ -585,7 +592,9 @@ async fn key_limits(State(admin): Shared, Segment(key_id): Segment, raw: Body) -
                 "series",
             ],
         )?;
-        limits_from(&map)
+        let limits = limits_from(&map)?;
+        series_exist(&admin, &limits).await?;
+        Ok::<_, ApiError>(limits)
     }
     .await;
     match limits {

@@ -667,12 +667,16 @@ impl Drop for Server {
 /// Binds a socket to `addr` (so a taken address fails the start before
 /// anything is journaled) without listening on it yet.
 /// Whether two listening addresses would take one port: the same port
-/// (not 0, which the system chooses) on the same address, or on a wildcard
-/// address that covers the other.
+/// (not 0, which the system chooses) on the same address (an IPv4-mapped
+/// IPv6 one is its IPv4 one), or on a wildcard address that covers the
+/// other: `0.0.0.0` every IPv4 address, `[::]` every address (dual stack,
+/// Linux's default).
 fn share_a_port(a: SocketAddr, b: SocketAddr) -> bool {
-    a.port() == b.port()
-        && a.port() != 0
-        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+    let covers = |x: std::net::IpAddr, y: std::net::IpAddr| {
+        x == y || (x.is_unspecified() && (x.is_ipv6() || y.is_ipv4()))
+    };
+    let (x, y) = (a.ip().to_canonical(), b.ip().to_canonical());
+    a.port() == b.port() && a.port() != 0 && (covers(x, y) || covers(y, x))
 }
 
 fn reserve(addr: SocketAddr) -> Result<tokio::net::TcpSocket, StartError> {
@@ -723,5 +727,25 @@ fn accepted(reply: Result<Reply, crate::error::ApiError>, what: &str) -> Result<
         Ok(Reply::Rejected(r)) => Err(StartError::Config(format!("{what}: {}", r.message))),
         Ok(other) => Err(StartError::Config(format!("{what}: {other:?}"))),
         Err(e) => Err(StartError::Config(format!("{what}: {}", e.message))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share_a_port;
+
+    #[test]
+    fn addresses_that_share_a_port() {
+        let clash = |a: &str, b: &str| share_a_port(a.parse().unwrap(), b.parse().unwrap());
+        assert!(clash("127.0.0.1:80", "127.0.0.1:80"));
+        assert!(clash("0.0.0.0:80", "127.0.0.1:80"));
+        assert!(clash("127.0.0.1:80", "0.0.0.0:80"));
+        assert!(clash("[::]:80", "127.0.0.1:80"));
+        assert!(clash("[::]:80", "[::1]:80"));
+        assert!(clash("[::ffff:127.0.0.1]:80", "127.0.0.1:80"));
+        assert!(!clash("127.0.0.1:80", "127.0.0.1:81"));
+        assert!(!clash("127.0.0.1:80", "127.0.0.2:80"));
+        assert!(!clash("0.0.0.0:80", "[::1]:80"));
+        assert!(!clash("127.0.0.1:0", "127.0.0.1:0"));
     }
 }

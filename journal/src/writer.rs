@@ -236,6 +236,11 @@ pub fn free_bytes(dir: &Path) -> Option<u64> {
     if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
         return None;
     }
+    // A file system that counts no blocks at all (some virtual ones) says
+    // nothing of its room: unknown, not full.
+    if stat.f_blocks == 0 {
+        return None;
+    }
     #[allow(clippy::unnecessary_cast)] // u32 on some targets, u64 on others
     Some((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
 }

@@ -23,10 +23,14 @@
 //!   it says why.
 //!
 //! A store found damaged at open (a `damaged` file, or a file shorter than
-//! `synced` says) is emptied and `synced` set to 0: the node then replays
-//! the journal from seq 1, which writes the store anew. Reads of a damaged
-//! store answer an error (the server's 503) until that restart; they never
-//! answer "not found" for a record that was lost.
+//! `synced` says) is set aside (its files moved into `set-aside-N/`, kept
+//! for whoever wants to look) and started anew with `synced` at 0, when
+//! the journal still starts at seq 1: the node then replays it whole,
+//! which writes the store anew. When the journal's first segments were
+//! removed, nothing could write it anew: it is kept as it is, with an
+//! error at every start. Either way a read that meets the damage answers
+//! an error (the server's 503), never "not found" for a record that was
+//! lost.
 //!
 //! A slot or record is `[length u32][CRC-32 u32][rkyv payload]`; a slot of
 //! zeros is empty. Writing is idempotent (a replay after a crash writes the
@@ -95,8 +99,12 @@ pub struct History {
     failed: std::sync::atomic::AtomicBool,
     /// A read found the store wrong (the `damaged` file is written once).
     damaged: std::sync::atomic::AtomicBool,
-    /// Why the store was emptied at open, if it was.
+    /// Why the store was set aside at open, and where it went, if it was.
     emptied: Option<String>,
+    /// The files' lengths as `synced` last recorded them: files only grow,
+    /// so a sync that finds one shorter (cut while the venue ran) marks
+    /// the store damaged instead of recording the loss as the new normal.
+    recorded: Mutex<[u64; 5]>,
 }
 
 /// The store's files, in the order `synced` records their lengths.
@@ -165,13 +173,26 @@ fn read_full(file: &File, buf: &mut [u8], at: u64) -> io::Result<bool> {
     }
 }
 
-/// `Ok` for a file that was not there to remove.
-fn not_found_is_ok(e: io::Error) -> io::Result<()> {
-    if e.kind() == io::ErrorKind::NotFound {
-        Ok(())
-    } else {
-        Err(e)
+/// Moves the store's files (and `synced`, `damaged`) into a new folder
+/// `set-aside-N` of `dir`, the first N free; returns it.
+fn set_aside(dir: &Path) -> io::Result<PathBuf> {
+    let mut n = 1;
+    let aside = loop {
+        let aside = dir.join(format!("set-aside-{n}"));
+        match fs::create_dir(&aside) {
+            Ok(()) => break aside,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    for name in FILES.iter().chain(&["synced", DAMAGED]) {
+        match fs::rename(dir.join(name), aside.join(name)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
     }
+    File::open(dir)?.sync_all()?;
+    Ok(aside)
 }
 
 /// Where market `market`'s slot of `size` bytes is in a per-market file.
@@ -204,8 +225,12 @@ fn synced_through(dir: &Path) -> (u64, Option<[u64; 5]>) {
 /// Why the store in `dir` cannot be trusted, if it cannot: a read found it
 /// damaged, or a file is shorter than when it was last synced.
 fn untrusted(dir: &Path) -> io::Result<Option<String>> {
-    if let Ok(why) = fs::read_to_string(dir.join(DAMAGED)) {
-        return Ok(Some(format!("a read found it damaged: {}", why.trim())));
+    if fs::symlink_metadata(dir.join(DAMAGED)).is_ok() {
+        let why = fs::read(dir.join(DAMAGED)).unwrap_or_default();
+        return Ok(Some(format!(
+            "a read found it damaged: {}",
+            String::from_utf8_lossy(&why).trim()
+        )));
     }
     let (seq, Some(lengths)) = synced_through(dir) else {
         return Ok(None);
@@ -228,22 +253,32 @@ fn untrusted(dir: &Path) -> io::Result<Option<String>> {
 impl History {
     /// Opens (creating when missing) the store in `dir`.
     pub fn open(dir: &Path) -> io::Result<History> {
+        Self::open_with(dir, true)
+    }
+
+    /// Opens the store; `rebuildable` when the journal still starts at
+    /// seq 1, so that a replay can write a damaged store anew (see the
+    /// module's notes).
+    pub fn open_with(dir: &Path, rebuildable: bool) -> io::Result<History> {
         fs::create_dir_all(dir)?;
-        // A store that lost records is emptied, to be written anew from
-        // the journal's first record (its `synced` goes to 0, so no
-        // snapshot past it starts the node).
-        let emptied = untrusted(dir)?;
-        if let Some(why) = &emptied {
-            tracing::warn!(
-                dir = %dir.display(),
-                "the history store cannot be trusted ({why}): it is emptied and written anew by a replay of the whole journal"
-            );
-            fs::remove_file(dir.join("synced")).or_else(not_found_is_ok)?;
-            for name in FILES {
-                fs::remove_file(dir.join(name)).or_else(not_found_is_ok)?;
+        let mut emptied = None;
+        if let Some(why) = untrusted(dir)? {
+            if rebuildable {
+                // Its `synced` goes to 0 with it, so no snapshot past it
+                // starts the node: the replay starts at seq 1.
+                let aside = set_aside(dir)?;
+                tracing::warn!(
+                    dir = %dir.display(),
+                    set_aside = %aside.display(),
+                    "the history store cannot be trusted ({why}): it is set aside and written anew by a replay of the whole journal"
+                );
+                emptied = Some(format!("{why}; set aside in {}", aside.display()));
+            } else {
+                tracing::error!(
+                    dir = %dir.display(),
+                    "the history store cannot be trusted ({why}), and cannot be written anew: the journal no longer starts at seq 1. It is kept as it is; reads that meet the damage answer 503. Restore the store, or the journal's first segments, from a backup"
+                );
             }
-            fs::remove_file(dir.join(DAMAGED)).or_else(not_found_is_ok)?;
-            File::open(dir)?.sync_all()?;
         }
         let open = |name: &str| {
             OpenOptions::new()
@@ -270,6 +305,7 @@ impl History {
             failed: std::sync::atomic::AtomicBool::new(false),
             damaged: std::sync::atomic::AtomicBool::new(false),
             emptied,
+            recorded: Mutex::new(synced_through(dir).1.unwrap_or_default()),
         })
     }
 
@@ -293,6 +329,7 @@ impl History {
             // Never recorded from here: the venue's own reads do that.
             damaged: std::sync::atomic::AtomicBool::new(true),
             emptied: None,
+            recorded: Mutex::new([0; 5]),
         })
     }
 
@@ -310,7 +347,7 @@ impl History {
             tracing::error!(
                 dir = %self.dir.display(),
                 error = %e,
-                "the history store is damaged: reads past the history tail fail until a restart, which writes the store anew from the journal"
+                "the history store is damaged: reads that meet the damage answer 503 until a restart, which sets the store aside and writes it anew from the journal (when the journal still starts at seq 1)"
             );
             // Best effort: without it, the store stays as it is.
             let _ = fs::write(self.dir.join(DAMAGED), e.to_string())
@@ -480,12 +517,25 @@ impl History {
         // file meanwhile, and a length past what the sync covered could
         // be lost in a crash, making the store look cut short.
         let mut record = seq.to_le_bytes().to_vec();
-        for file in files {
-            record.extend_from_slice(&file.metadata()?.len().to_le_bytes());
+        let mut lengths = [0u64; 5];
+        for (file, length) in files.iter().zip(&mut lengths) {
+            *length = file.metadata()?.len();
+            record.extend_from_slice(&length.to_le_bytes());
+        }
+        let mut recorded = self.recorded.lock().expect("recorded");
+        if let Some((name, (now, was))) = FILES
+            .iter()
+            .zip(lengths.iter().zip(recorded.iter()))
+            .find(|(_, (now, was))| now < was)
+        {
+            return Err(self.damaged(io::Error::other(format!(
+                "{name} has {now} bytes, {was} when the store was last synced"
+            ))));
         }
         for file in files {
             file.sync_data()?;
         }
+        *recorded = lengths;
         if seq > self.synced.load(Ordering::Acquire) {
             let temporary = self.dir.join("synced.tmp");
             fs::write(&temporary, record)?;
@@ -503,8 +553,19 @@ impl History {
             Err(e) => Err(e),
             Ok(None) => Ok(None),
             Ok(Some(bytes)) => rkyv::from_bytes::<Order, RkyvError>(&bytes)
-                .map(Some)
-                .map_err(|e| decode_err("order", e)),
+                .map_err(|e| decode_err("order", e))
+                .and_then(|order| {
+                    // A whole record in another's slot (copied, or the
+                    // file shifted) is damage, not the order asked for.
+                    if order.id == id {
+                        Ok(Some(order))
+                    } else {
+                        Err(io::Error::other(format!(
+                            "history order slot {id} holds order {}",
+                            order.id
+                        )))
+                    }
+                }),
         })
     }
 
@@ -532,8 +593,19 @@ impl History {
             Err(e) => Err(e),
             Ok(None) => Ok(None),
             Ok(Some(bytes)) => rkyv::from_bytes::<FillRecord, RkyvError>(&bytes)
-                .map(|r| Some((r.fill, r.prev)))
-                .map_err(|e| decode_err("fill", e)),
+                .map_err(|e| decode_err("fill", e))
+                .and_then(|r| {
+                    // Its own slot, and a chain that only goes to older
+                    // fills (a cycle would walk for ever).
+                    if r.fill.id == id && r.prev < id {
+                        Ok(Some((r.fill, r.prev)))
+                    } else {
+                        Err(io::Error::other(format!(
+                            "history fill slot {id} holds fill {} after fill {}",
+                            r.fill.id, r.prev
+                        )))
+                    }
+                }),
         })
     }
 
@@ -623,8 +695,16 @@ impl History {
         match unframe(&buf, "trades")? {
             None => Ok(None),
             Some(bytes) => rkyv::from_bytes::<Vec<Trade>, RkyvError>(&bytes)
-                .map(Some)
-                .map_err(|e| decode_err("trades", e)),
+                .map_err(|e| decode_err("trades", e))
+                .and_then(|trades| {
+                    if let Some(other) = trades.iter().find(|t| t.market != market) {
+                        return Err(io::Error::other(format!(
+                            "history trades of market {market} hold a trade of market {}",
+                            other.market
+                        )));
+                    }
+                    Ok(Some(trades))
+                }),
         }
     }
 }
@@ -881,6 +961,76 @@ mod tests {
         );
         assert_eq!(history.order(1).expect("read"), None);
         assert!(!dir.path().join(DAMAGED).exists());
+        // Set aside, not deleted: whoever wants to look finds it.
+        let aside = dir.path().join("set-aside-1");
+        assert!(aside.join("orders.dat").exists() && aside.join(DAMAGED).exists());
+    }
+
+    /// A whole record in the wrong place (another's slot copied over, a
+    /// fill chain turned into a cycle, a market's trades index pointing at
+    /// another's record) is damage, never the record asked for; a file
+    /// cut while the store is open is damage at the next sync.
+    #[test]
+    fn records_in_the_wrong_place_and_files_cut_while_open_are_damage() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        history.store(&Evicted::Order(order(1))).expect("store");
+        history.store(&Evicted::Order(order(2))).expect("store");
+        let orders = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.path().join("orders.dat"))
+            .expect("open");
+        let mut slot = vec![0u8; ORDER_SLOT];
+        orders.read_exact_at(&mut slot, 0).expect("read");
+        orders.write_all_at(&slot, ORDER_SLOT as u64).expect("copy");
+        assert!(history.order(2).is_err(), "order 1 answered as order 2");
+        // A fill whose chain goes to a newer fill: a cycle.
+        history
+            .store(&Evicted::Fill {
+                fill: fill(3, 1, 1),
+                prev: 5,
+            })
+            .expect("store");
+        assert!(history.fill(3).is_err());
+        history
+            .store(&Evicted::Trades {
+                market: 4,
+                trades: vec![Trade {
+                    trade_id: 1,
+                    market: 5,
+                    up_price: 50,
+                    count: 1,
+                    taker_outcome: Outcome::Up,
+                    taker_action: Action::Buy,
+                    ts_ms: 1,
+                }],
+            })
+            .expect("store");
+        assert!(history.trades(4).is_err());
+        assert!(dir.path().join(DAMAGED).exists());
+        drop(history);
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        history.store(&Evicted::Order(order(3))).expect("store");
+        history.sync(1).expect("sync");
+        orders_cut(dir.path(), ORDER_SLOT as u64);
+        assert!(
+            history.sync(2).is_err(),
+            "a cut file recorded as the new length"
+        );
+        assert_eq!(history.synced(), 1);
+        assert!(dir.path().join(DAMAGED).exists());
+    }
+
+    fn orders_cut(dir: &Path, len: u64) {
+        OpenOptions::new()
+            .write(true)
+            .open(dir.join("orders.dat"))
+            .expect("open")
+            .set_len(len)
+            .expect("cut");
     }
 
     /// `synced` records each file's length: a file shorter at open (cut,
@@ -908,6 +1058,12 @@ mod tests {
             .expect("open")
             .set_len(ORDER_SLOT as u64)
             .expect("cut");
+        // A journal whose first segments were removed cannot write the
+        // store anew: it is kept as it is (what is left still reads).
+        let history = History::open_with(dir.path(), false).expect("reopen");
+        assert_eq!((history.synced(), history.emptied()), (9, None));
+        assert_eq!(history.order(1).expect("read"), Some(order(1)));
+        drop(history);
         let history = History::open(dir.path()).expect("reopen");
         assert_eq!(history.synced(), 0);
         assert!(history.emptied().unwrap().contains("orders.dat"));

@@ -274,7 +274,11 @@ impl Node {
                     path: dir.clone(),
                     source,
                 };
-                let store = History::open(dir).map_err(history)?;
+                // A damaged store is written anew by a replay from seq 1,
+                // which a journal whose first segments were removed
+                // cannot give: then it is kept as it is.
+                let rebuildable = recovery.first_seq.is_none_or(|first| first == 1);
+                let store = History::open_with(dir, rebuildable).map_err(history)?;
                 Some(HistoryFeed::start(Arc::new(store)).map_err(history)?)
             }
             None => None,

@@ -488,13 +488,14 @@ fn readable(name: &str, value: &Value) -> String {
     }
 }
 
-/// A dollar limit on the command line: a finite positive number (`NaN` or
-/// `inf` would reach the server as JSON `null`, that is no limit given),
-/// sent as the text given: as a JSON number, 10000000000.01 lost its cents
-/// to binary rounding and was refused as no dollar amount.
+/// A dollar limit on the command line: a positive amount in the form the
+/// admin API reads (`250`, `19.99`), sent as the text given: as a JSON
+/// number, 10000000000.01 lost its cents to binary rounding and was
+/// refused as no dollar amount (`NaN` or `inf` had reached the server as
+/// JSON `null`, that is no limit given).
 fn usd(text: &str) -> Result<String, String> {
-    match text.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(text.to_string()),
+    match sequencer::wire::parse_dollars(text) {
+        Some(cents) if cents > 0 => Ok(text.to_string()),
         _ => Err(format!(
             "{text} is not a positive dollar amount such as 250 or 19.99"
         )),

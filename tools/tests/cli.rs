@@ -341,6 +341,16 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
             "max_daily_usd must be positive and at most $10,000,000,000",
         ),
         (
+            vec![
+                "key".into(),
+                "limits".into(),
+                key_id.clone(),
+                "--series".into(),
+                "nosuch-1m".into(),
+            ],
+            "No series nosuch-1m.",
+        ),
+        (
             vec!["account".into(), "risk-cap".into(), id.clone(), "0".into()],
             "risk cap must be positive and at most $10,000,000,000",
         ),

@@ -151,8 +151,8 @@ pub fn venue_config(data_dir: &Path, durability: DurabilityPolicy) -> ServerConf
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
         account_risk_cap_usd: CAP_USD,
-        orders_per_second: 1_000_000_000,
-        orders_burst: 1_000_000_000,
+        orders_per_second: 1_000_000,
+        orders_burst: 1_000_000,
         lockout_failures: 1_000_000,
         price_simulator: false,
         workers: 1,
