@@ -83,15 +83,8 @@ enum KeyCommand {
         env: Option<String>,
         #[arg(long, default_value = "")]
         name: String,
-        #[arg(long, value_parser = usd)]
-        max_order_usd: Option<String>,
-        #[arg(long, value_parser = usd)]
-        max_daily_usd: Option<String>,
-        #[arg(long)]
-        max_open_orders: Option<u32>,
-        /// Series the key may trade, comma separated.
-        #[arg(long)]
-        series: Option<String>,
+        #[command(flatten)]
+        limits: LimitArgs,
         /// An allowed address; repeat for more (at most 10).
         #[arg(long = "ip")]
         ips: Vec<String>,
@@ -105,21 +98,44 @@ enum KeyCommand {
     /// default, $20 an order or $500 a day.
     Limits {
         key_id: String,
-        #[arg(long, value_parser = usd)]
-        max_order_usd: Option<String>,
-        #[arg(long, value_parser = usd)]
-        max_daily_usd: Option<String>,
-        #[arg(long)]
-        max_open_orders: Option<u32>,
-        /// Series the key may trade, comma separated.
-        #[arg(long)]
-        series: Option<String>,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Lists keys (never a secret).
     List {
         #[arg(long)]
         account: Option<u32>,
     },
+}
+
+/// A key's limits, as `key issue` and `key limits` take them.
+#[derive(Args)]
+struct LimitArgs {
+    #[arg(long, value_parser = usd)]
+    max_order_usd: Option<String>,
+    #[arg(long, value_parser = usd)]
+    max_daily_usd: Option<String>,
+    #[arg(long)]
+    max_open_orders: Option<u32>,
+    /// Series the key may trade, comma separated.
+    #[arg(long)]
+    series: Option<String>,
+}
+
+impl LimitArgs {
+    /// The limits' members of an admin API body.
+    fn members(&self) -> serde_json::Map<String, Value> {
+        let series: Option<Vec<&str>> = self
+            .series
+            .as_deref()
+            .map(|s| s.split(',').map(str::trim).collect());
+        let mut map = serde_json::Map::new();
+        map.insert("max_order_usd".into(), json!(self.max_order_usd));
+        map.insert("max_daily_usd".into(), json!(self.max_daily_usd));
+        map.insert("max_open_orders".into(), json!(self.max_open_orders));
+        map.insert("series".into(), json!(series));
+        map
+    }
 }
 
 #[derive(Subcommand)]
@@ -332,11 +348,6 @@ fn account(client: &Client, command: AccountCommand) -> Result<Value> {
     }
 }
 
-/// A comma-separated list of series tickers as the admin API takes it.
-fn series_list(series: Option<&str>) -> Option<Vec<&str>> {
-    series.map(|s| s.split(',').map(str::trim).collect())
-}
-
 /// An object without its null members (options not given).
 fn without_nulls(value: Value) -> Value {
     match value {
@@ -368,45 +379,26 @@ fn key(client: &Client, command: KeyCommand) -> Result<Value> {
             scopes,
             env,
             name,
-            max_order_usd,
-            max_daily_usd,
-            max_open_orders,
-            series,
+            limits,
             ips,
             expires_days,
-        } => client.post(
-            "/admin/keys",
-            without_nulls(json!({
-                "account": account,
-                "scopes": scopes,
-                "env": env,
-                "name": name,
-                "max_order_usd": max_order_usd,
-                "max_daily_usd": max_daily_usd,
-                "max_open_orders": max_open_orders,
-                "series": series_list(series.as_deref()),
-                "ips": ips,
-                "expires_days": expires_days,
-            })),
-        ),
+        } => {
+            let mut body = limits.members();
+            body.insert("account".into(), json!(account));
+            body.insert("scopes".into(), json!(scopes));
+            body.insert("env".into(), json!(env));
+            body.insert("name".into(), json!(name));
+            body.insert("ips".into(), json!(ips));
+            body.insert("expires_days".into(), json!(expires_days));
+            client.post("/admin/keys", without_nulls(Value::Object(body)))
+        }
         KeyCommand::Revoke { key_id } => client.post(
             &format!("/admin/keys/{}/revoke", encoded(&key_id)),
             json!({}),
         ),
-        KeyCommand::Limits {
-            key_id,
-            max_order_usd,
-            max_daily_usd,
-            max_open_orders,
-            series,
-        } => client.post(
+        KeyCommand::Limits { key_id, limits } => client.post(
             &format!("/admin/keys/{}/limits", encoded(&key_id)),
-            without_nulls(json!({
-                "max_order_usd": max_order_usd,
-                "max_daily_usd": max_daily_usd,
-                "max_open_orders": max_open_orders,
-                "series": series_list(series.as_deref()),
-            })),
+            without_nulls(Value::Object(limits.members())),
         ),
         KeyCommand::List { account } => match account {
             Some(a) => client.get(&format!("/admin/keys?account={a}")),

@@ -574,22 +574,7 @@ fn a_restart_with_a_changed_configuration_keeps_the_venue_consistent() {
         },
     );
     assert!(serve.sigterm().success(), "{}", serve.stderr.text());
-    let dump = Command::new(BIN)
-        .args([
-            "journal",
-            "dump",
-            "--json",
-            "--kind",
-            "configure",
-            "--data-dir",
-        ])
-        .arg(&data)
-        .output()
-        .unwrap();
-    let configures: Vec<Value> = String::from_utf8_lossy(&dump.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let configures = journaled(&data, "configure");
     assert_eq!(configures.len(), 2, "{configures:?}");
     let (printed_after, after) = prints(&data);
     assert!(
@@ -603,21 +588,7 @@ fn a_restart_with_a_changed_configuration_keeps_the_venue_consistent() {
 
     // A restart with no configuration file: the built-in series are for a
     // new venue; this one keeps its one series (they were added for good).
-    let created = || {
-        let dump = Command::new(BIN)
-            .args([
-                "journal",
-                "dump",
-                "--json",
-                "--kind",
-                "create_series",
-                "--data-dir",
-            ])
-            .arg(&data)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&dump.stdout).lines().count()
-    };
+    let created = || journaled(&data, "create_series").len();
     assert_eq!(created(), 1);
     let mut serve = Launch::new(&data, None).start();
     assert!(serve.sigterm().success(), "{}", serve.stderr.text());
@@ -640,6 +611,19 @@ fn a_restart_with_a_changed_configuration_keeps_the_venue_consistent() {
     let mut serve = Launch::new(&data, Some(&more)).start();
     assert!(serve.sigterm().success(), "{}", serve.stderr.text());
     assert_eq!(created(), 2, "a series listed in the file was not added");
+}
+
+/// The journal's records of one kind, as `journal dump --json` prints them.
+fn journaled(data: &Path, kind: &str) -> Vec<Value> {
+    let dump = Command::new(BIN)
+        .args(["journal", "dump", "--json", "--kind", kind, "--data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// A start that cannot serve (its address is taken) exits 2 naming the
