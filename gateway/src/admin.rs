@@ -355,6 +355,9 @@ async fn show(admin: &Admin, id: &str) -> Response {
                     "trading_allowed": a.trading_allowed,
                     "suspended": a.suspended,
                     "resting_orders": a.resting_orders(),
+                    "at_risk": dollars(a.at_risk()),
+                    "risk_cap": dollars(state.risk_cap(a)),
+                    "risk_cap_is_default": a.risk_cap.is_none(),
                     "active_keys": state.active_keys(a.id),
                 }),
             ))

@@ -971,9 +971,7 @@ impl State {
             }
         }
         if new.action == Action::Buy {
-            let cap = account
-                .risk_cap
-                .unwrap_or(self.config.account_risk_cap_cents);
+            let cap = self.risk_cap(account);
             let hold = order_hold(new, series);
             if account.at_risk() + hold > cap {
                 return exceeded(format!(

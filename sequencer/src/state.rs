@@ -457,6 +457,12 @@ impl State {
         id.checked_sub(1)
             .and_then(|i| self.accounts.get(i as usize))
     }
+    /// The cap on the account's amount at risk: its own, or the venue's.
+    pub fn risk_cap(&self, account: &Account) -> Cents {
+        account
+            .risk_cap
+            .unwrap_or(self.config.account_risk_cap_cents)
+    }
     pub(crate) fn account_mut(&mut self, id: AccountId) -> Option<&mut Account> {
         id.checked_sub(1)
             .and_then(|i| self.accounts.get_mut(i as usize))

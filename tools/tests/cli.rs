@@ -213,8 +213,16 @@ fn admin_commands_work_and_refuse_bad_input_clearly() {
     assert_eq!(limits["max_daily_usd"], 500, "{limits}");
     assert_eq!(limits["markets"], serde_json::json!(["btc-1m"]), "{limits}");
     // The account's risk cap, set and back to the venue's.
+    let show = |d| admin_json(d, &["account", "show", &id]);
     admin_json(d, &["account", "risk-cap", &id, "250"]);
+    let capped = show(d);
+    assert_eq!(capped["risk_cap"], "250.00", "{capped}");
+    assert_eq!(capped["risk_cap_is_default"], false, "{capped}");
     admin_json(d, &["account", "risk-cap", &id, "default"]);
+    let default = show(d);
+    assert_ne!(default["risk_cap"], "250.00", "{default}");
+    assert_eq!(default["risk_cap_is_default"], true, "{default}");
+    assert_eq!(default["at_risk"], "0.00", "{default}");
     // Text in a path or a query is one value, not more of the URL: a key
     // id with slashes is a key that does not exist, a series with `&` a
     // bad ticker (not a second filter).
