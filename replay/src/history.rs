@@ -164,6 +164,29 @@ fn decode_err(what: &str, e: RkyvError) -> io::Error {
     io::Error::other(format!("history {what}: {e}"))
 }
 
+/// A checked payload decoded, then judged by `wrong`, which names what is
+/// wrong with a whole record that is not the one asked for (copied into
+/// another's slot, or the file shifted): that is damage too.
+fn decoded<T>(
+    payload: io::Result<Option<AlignedVec>>,
+    what: &str,
+    wrong: impl FnOnce(&T) -> Option<String>,
+) -> io::Result<Option<T>>
+where
+    T: Archive,
+    T::Archived: for<'a> rkyv::bytecheck::CheckBytes<rkyv::api::high::HighValidator<'a, RkyvError>>
+        + Deserialize<T, rkyv::rancor::Strategy<rkyv::de::Pool, RkyvError>>,
+{
+    let Some(bytes) = payload? else {
+        return Ok(None);
+    };
+    let value = rkyv::from_bytes::<T, RkyvError>(&bytes).map_err(|e| decode_err(what, e))?;
+    match wrong(&value) {
+        Some(why) => Err(io::Error::other(format!("history {what}: {why}"))),
+        None => Ok(Some(value)),
+    }
+}
+
 /// Reads exactly `buf.len()` bytes at `at`; `false` when the file ends first.
 fn read_full(file: &File, buf: &mut [u8], at: u64) -> io::Result<bool> {
     match file.read_exact_at(buf, at) {
@@ -224,7 +247,7 @@ fn synced_through(dir: &Path) -> (u64, Option<[u64; 5]>) {
 
 /// Why the store in `dir` cannot be trusted, if it cannot: a read found it
 /// damaged, or a file is shorter than when it was last synced.
-fn untrusted(dir: &Path) -> io::Result<Option<String>> {
+fn untrusted(dir: &Path, synced: (u64, Option<[u64; 5]>)) -> io::Result<Option<String>> {
     if fs::symlink_metadata(dir.join(DAMAGED)).is_ok() {
         let why = fs::read(dir.join(DAMAGED)).unwrap_or_default();
         return Ok(Some(format!(
@@ -232,7 +255,7 @@ fn untrusted(dir: &Path) -> io::Result<Option<String>> {
             String::from_utf8_lossy(&why).trim()
         )));
     }
-    let (seq, Some(lengths)) = synced_through(dir) else {
+    let (seq, Some(lengths)) = synced else {
         return Ok(None);
     };
     for (name, &synced) in FILES.iter().zip(&lengths) {
@@ -262,11 +285,13 @@ impl History {
     pub fn open_with(dir: &Path, rebuildable: bool) -> io::Result<History> {
         fs::create_dir_all(dir)?;
         let mut emptied = None;
-        if let Some(why) = untrusted(dir)? {
+        let mut synced = synced_through(dir);
+        if let Some(why) = untrusted(dir, synced)? {
             if rebuildable {
                 // Its `synced` goes to 0 with it, so no snapshot past it
                 // starts the node: the replay starts at seq 1.
                 let aside = set_aside(dir)?;
+                synced = (0, None);
                 tracing::warn!(
                     dir = %dir.display(),
                     set_aside = %aside.display(),
@@ -301,11 +326,11 @@ impl History {
             sent: AtomicU64::new(0),
             written: Mutex::new(0),
             written_cv: Condvar::new(),
-            synced: AtomicU64::new(synced_through(dir).0),
+            synced: AtomicU64::new(synced.0),
             failed: std::sync::atomic::AtomicBool::new(false),
             damaged: std::sync::atomic::AtomicBool::new(false),
             emptied,
-            recorded: Mutex::new(synced_through(dir).1.unwrap_or_default()),
+            recorded: Mutex::new(synced.1.unwrap_or_default()),
         })
     }
 
@@ -549,24 +574,10 @@ impl History {
 
     /// An evicted order; `None` when the store does not hold it.
     pub fn order(&self, id: u64) -> io::Result<Option<Order>> {
-        self.checked(match Self::slot(&self.orders, id, ORDER_SLOT, "order") {
-            Err(e) => Err(e),
-            Ok(None) => Ok(None),
-            Ok(Some(bytes)) => rkyv::from_bytes::<Order, RkyvError>(&bytes)
-                .map_err(|e| decode_err("order", e))
-                .and_then(|order| {
-                    // A whole record in another's slot (copied, or the
-                    // file shifted) is damage, not the order asked for.
-                    if order.id == id {
-                        Ok(Some(order))
-                    } else {
-                        Err(io::Error::other(format!(
-                            "history order slot {id} holds order {}",
-                            order.id
-                        )))
-                    }
-                }),
-        })
+        let slot = Self::slot(&self.orders, id, ORDER_SLOT, "order");
+        self.checked(decoded(slot, "order", |order: &Order| {
+            (order.id != id).then(|| format!("slot {id} holds order {}", order.id))
+        }))
     }
 
     /// The checked payload of slot `id` of a fixed-slot file; `None` for an
@@ -589,24 +600,14 @@ impl History {
 
     /// An evicted fill and the account's fill evicted before it.
     pub fn fill(&self, id: u64) -> io::Result<Option<(Fill, u64)>> {
-        self.checked(match Self::slot(&self.fills, id, FILL_SLOT, "fill") {
-            Err(e) => Err(e),
-            Ok(None) => Ok(None),
-            Ok(Some(bytes)) => rkyv::from_bytes::<FillRecord, RkyvError>(&bytes)
-                .map_err(|e| decode_err("fill", e))
-                .and_then(|r| {
-                    // Its own slot, and a chain that only goes to older
-                    // fills (a cycle would walk for ever).
-                    if r.fill.id == id && r.prev < id {
-                        Ok(Some((r.fill, r.prev)))
-                    } else {
-                        Err(io::Error::other(format!(
-                            "history fill slot {id} holds fill {} after fill {}",
-                            r.fill.id, r.prev
-                        )))
-                    }
-                }),
-        })
+        let slot = Self::slot(&self.fills, id, FILL_SLOT, "fill");
+        // Its own slot, and a chain that only goes to older fills (a cycle
+        // would walk for ever).
+        let record = decoded(slot, "fill", |r: &FillRecord| {
+            (r.fill.id != id || r.prev >= id)
+                .then(|| format!("slot {id} holds fill {} after fill {}", r.fill.id, r.prev))
+        });
+        Ok(self.checked(record)?.map(|r| (r.fill, r.prev)))
     }
 
     /// The rest of an account's fills page: from the chain head in `rest`,
@@ -692,20 +693,21 @@ impl History {
                 "history trades of market {market}: record cut short"
             )));
         }
-        match unframe(&buf, "trades")? {
-            None => Ok(None),
-            Some(bytes) => rkyv::from_bytes::<Vec<Trade>, RkyvError>(&bytes)
-                .map_err(|e| decode_err("trades", e))
-                .and_then(|trades| {
-                    if let Some(other) = trades.iter().find(|t| t.market != market) {
-                        return Err(io::Error::other(format!(
-                            "history trades of market {market} hold a trade of market {}",
-                            other.market
-                        )));
-                    }
-                    Ok(Some(trades))
-                }),
-        }
+        // The index names a record: an empty one there is damage (the
+        // index pointed elsewhere), not a market without trades.
+        let payload = unframe(&buf, "trades")?.ok_or_else(|| {
+            io::Error::other(format!(
+                "history trades of market {market}: the index points at an empty record"
+            ))
+        });
+        decoded(Ok(Some(payload?)), "trades", |trades: &Vec<Trade>| {
+            trades.iter().find(|t| t.market != market).map(|other| {
+                format!(
+                    "the record of market {market} holds a trade of market {}",
+                    other.market
+                )
+            })
+        })
     }
 }
 
@@ -1009,6 +1011,24 @@ mod tests {
             .expect("store");
         assert!(history.trades(4).is_err());
         assert!(dir.path().join(DAMAGED).exists());
+        // An index entry pointed past the records, at zeros: damage, not a
+        // market without trades.
+        let mut entry = [0u8; INDEX_SLOT];
+        entry[0..8].copy_from_slice(&(1 + 4096u64).to_le_bytes());
+        entry[8..16].copy_from_slice(&64u64.to_le_bytes());
+        history
+            .trades
+            .write_all_at(&[0u8; 64], 4096)
+            .expect("zeros");
+        history
+            .trades_idx
+            .write_all_at(&entry, market_slot(6, INDEX_SLOT))
+            .expect("index");
+        let err = history
+            .trades(6)
+            .expect_err("an empty record read as no trades");
+        assert!(err.to_string().contains("empty record"), "{err}");
+        assert_eq!(history.trades(7).expect("no entry"), None);
         drop(history);
 
         let dir = tempfile::tempdir().expect("temp dir");
