@@ -276,16 +276,30 @@ fn untrusted(dir: &Path, synced: (u64, Option<[u64; 5]>)) -> io::Result<Option<S
 impl History {
     /// Opens (creating when missing) the store in `dir`.
     pub fn open(dir: &Path) -> io::Result<History> {
-        Self::open_with(dir, true)
+        Self::open_with(dir, true, u64::MAX)
     }
 
     /// Opens the store; `rebuildable` when the journal still starts at
     /// seq 1, so that a replay can write a damaged store anew (see the
     /// module's notes).
-    pub fn open_with(dir: &Path, rebuildable: bool) -> io::Result<History> {
+    ///
+    /// A store synced past `journal_end` (the journal lost its tail, or
+    /// `synced` was damaged upward) is taken as synced through the
+    /// journal's end only: what it holds up to there is on disk, and the
+    /// next sync records again (it writes only a seq above the one held).
+    pub fn open_with(dir: &Path, rebuildable: bool, journal_end: u64) -> io::Result<History> {
         fs::create_dir_all(dir)?;
         let mut emptied = None;
         let mut synced = synced_through(dir);
+        if synced.0 > journal_end {
+            tracing::warn!(
+                dir = %dir.display(),
+                synced = synced.0,
+                journal_end,
+                "the history store says it was synced past the journal's end: taken as synced through the journal's end"
+            );
+            synced.0 = journal_end;
+        }
         if let Some(why) = untrusted(dir, synced)? {
             if rebuildable {
                 // Its `synced` goes to 0 with it, so no snapshot past it
@@ -1044,6 +1058,27 @@ mod tests {
         assert!(dir.path().join(DAMAGED).exists());
     }
 
+    /// A store synced past the journal's end is taken as synced through
+    /// that end, and its next sync is recorded (a `synced` above every
+    /// seq to come was never written again: the length check was off).
+    #[test]
+    fn a_store_synced_past_the_journal_is_synced_through_its_end() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        history.store(&Evicted::Order(order(1))).expect("store");
+        history.sync(1_000_000).expect("sync");
+        drop(history);
+        let history = History::open_with(dir.path(), true, 5).expect("reopen");
+        assert_eq!((history.synced(), history.emptied()), (5, None));
+        assert!(history.order(1).expect("read").is_some());
+        history.store(&Evicted::Order(order(2))).expect("store");
+        history.sync(7).expect("sync");
+        drop(history);
+        let (seq, lengths) = synced_through(dir.path());
+        assert_eq!(seq, 7);
+        assert_eq!(lengths.expect("lengths")[0], 2 * ORDER_SLOT as u64);
+    }
+
     fn orders_cut(dir: &Path, len: u64) {
         OpenOptions::new()
             .write(true)
@@ -1080,7 +1115,7 @@ mod tests {
             .expect("cut");
         // A journal whose first segments were removed cannot write the
         // store anew: it is kept as it is (what is left still reads).
-        let history = History::open_with(dir.path(), false).expect("reopen");
+        let history = History::open_with(dir.path(), false, u64::MAX).expect("reopen");
         assert_eq!((history.synced(), history.emptied()), (9, None));
         assert_eq!(history.order(1).expect("read"), Some(order(1)));
         drop(history);

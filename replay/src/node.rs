@@ -278,7 +278,7 @@ impl Node {
                 // which a journal whose first segments were removed
                 // cannot give: then it is kept as it is.
                 let rebuildable = recovery.first_seq.is_none_or(|first| first == 1);
-                let store = History::open_with(dir, rebuildable).map_err(history)?;
+                let store = History::open_with(dir, rebuildable, journal_end).map_err(history)?;
                 Some(HistoryFeed::start(Arc::new(store)).map_err(history)?)
             }
             None => None,
