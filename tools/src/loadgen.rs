@@ -22,7 +22,7 @@ mod ws;
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -112,6 +112,8 @@ pub struct LoadgenArgs {
 struct Stats {
     /// Latency from the due time, per kind and overall.
     kinds: Vec<Histogram<u64>>,
+    /// Requests still queued (never sent) when the drain ended.
+    never_sent: Histogram<u64>,
     all: Histogram<u64>,
     /// Latency from the moment the request was written.
     service: Histogram<u64>,
@@ -129,12 +131,13 @@ struct Stats {
 
 impl Stats {
     /// A request's latency from its due time: overall and in this
-    /// interval, and for its kind when known (a request still queued at the
-    /// end was never drawn, so it has none).
+    /// interval, and for its kind when known; a request still queued at
+    /// the end was never drawn, so it has none and goes in `never_sent`.
     fn record(&mut self, kind: Option<Kind>, latency_us: u64) {
-        if let Some(kind) = kind {
-            self.kinds[kind.index()].saturating_record(latency_us);
-        }
+        match kind {
+            Some(kind) => self.kinds[kind.index()].saturating_record(latency_us),
+            None => self.never_sent.saturating_record(latency_us),
+        };
         self.all.saturating_record(latency_us);
         self.window.saturating_record(latency_us);
     }
@@ -142,6 +145,7 @@ impl Stats {
     fn new() -> Self {
         Self {
             kinds: Kind::ALL.iter().map(|_| new_histogram()).collect(),
+            never_sent: new_histogram(),
             all: new_histogram(),
             service: new_histogram(),
             window: new_histogram(),
@@ -316,13 +320,25 @@ fn memory_kb(pid: u32) -> Option<BTreeMap<&'static str, u64>> {
     Some(out)
 }
 
-/// Sends request `i`, due at `due`, on `conn` (connecting if needed).
-async fn one_request(shared: &Shared, conn: &mut Option<Conn>, i: u64, due: Instant) {
+/// A worker's request in flight: its due time, and its kind once drawn.
+type InFlight = Arc<std::sync::Mutex<Option<(Instant, Option<Kind>)>>>;
+
+/// Sends request `i`, due at `due`, on `conn` (connecting if needed); its
+/// kind goes into `slot` once drawn, for the count of requests unanswered
+/// at the end.
+async fn one_request(
+    shared: &Shared,
+    conn: &mut Option<Conn>,
+    i: u64,
+    due: Instant,
+    slot: &InFlight,
+) {
     let request = shared.traffic.lock().expect("traffic").next(i);
     let Some(request) = request else {
         shared.stats.lock().expect("stats").skipped += 1;
         return;
     };
+    *slot.lock().expect("slot") = Some((due, Some(request.kind)));
     shared.sent.fetch_add(1, Ordering::Relaxed);
     if conn.is_none() {
         match Conn::connect(shared.target).await {
@@ -526,15 +542,15 @@ async fn drive(
     for _ in 0..args.connections.max(1) {
         let shared = shared.clone();
         let rx = rx.clone();
-        let slot = Arc::new(std::sync::Mutex::new(None::<Instant>));
+        let slot: InFlight = Arc::new(std::sync::Mutex::new(None));
         in_flight.push(slot.clone());
         workers.push(tokio::spawn(async move {
             let mut conn = None;
             loop {
                 let next = rx.lock().await.recv().await;
                 let Some((i, due)) = next else { break };
-                *slot.lock().expect("slot") = Some(due);
-                one_request(&shared, &mut conn, i, due).await;
+                *slot.lock().expect("slot") = Some((due, None));
+                one_request(&shared, &mut conn, i, due, &slot).await;
                 *slot.lock().expect("slot") = None;
             }
         }));
@@ -596,21 +612,21 @@ async fn drive(
     // stalled venue) waited at least until now: they go into the latency
     // figures at that, so a stall is never left out (coordinated omission).
     let end = Instant::now();
-    let mut late: Vec<Instant> = in_flight
+    let mut late: Vec<(Instant, Option<Kind>)> = in_flight
         .iter()
         .filter_map(|slot| slot.lock().expect("slot").take())
         .collect();
     {
         let mut queued = rx.lock().await;
         while let Ok((_, due)) = queued.try_recv() {
-            late.push(due);
+            late.push((due, None));
         }
     }
     {
         let mut stats = shared.stats.lock().expect("stats");
-        for due in &late {
+        for (due, kind) in &late {
             let waited = end.saturating_duration_since(*due).as_micros() as u64;
-            stats.record(None, waited);
+            stats.record(*kind, waited);
         }
     }
     shared.done.store(true, Ordering::Relaxed);
@@ -659,6 +675,33 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
     }
     if !(0.0..=1.0).contains(&(args.cancel_share + args.cross_share)) {
         bail!("--cancel-share plus --cross-share must be between 0 and 1");
+    }
+    if args.connections == 0 {
+        bail!("--connections must be at least 1");
+    }
+    if args.max_count == 0 {
+        bail!("--max-count must be at least 1 contract");
+    }
+    if let Some(pid) = args.watch_pid {
+        if !Path::new(&format!("/proc/{pid}/status")).exists() {
+            bail!("--watch-pid {pid}: no such process to record the memory of");
+        }
+    }
+    if let Some(plot) = &args.plot {
+        let svg = plot
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+        if !svg {
+            bail!(
+                "--plot writes an SVG image: name a .svg file ({} is not one)",
+                plot.display()
+            );
+        }
+    }
+    // The output files are made now: a path that cannot be written fails
+    // before the run, not after it (its results would be lost).
+    for path in args.hgrm.iter().chain(&args.plot) {
+        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
     }
     let target = resolve(&args.target)?;
     let total = (args.rate * args.duration).round() as u64;
@@ -756,6 +799,9 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
         for kind in Kind::ALL {
             series.push((kind.name(), &stats.kinds[kind.index()]));
         }
+        if !stats.never_sent.is_empty() {
+            series.push(("never sent", &stats.never_sent));
+        }
         report::write_svg(
             path,
             &format!(
@@ -770,6 +816,7 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
     for kind in Kind::ALL {
         latency.insert(kind.name().into(), summary_json(&stats.kinds[kind.index()]));
     }
+    latency.insert("never_sent".into(), summary_json(&stats.never_sent));
     let empty = new_histogram();
     let ws_delay = ws.delay.as_ref().unwrap_or(&empty);
     let result = json!({
@@ -789,7 +836,7 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
         "skipped_no_market": stats.skipped,
         "unfinished": unfinished,
         "elapsed_s": (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
-        "achieved_rate": (stats.completed as f64 / elapsed.as_secs_f64().max(1e-9)).round(),
+        "achieved_rate": (stats.completed as f64 / elapsed.as_secs_f64().max(1e-9) * 10.0).round() / 10.0,
         "orders_rested": stats.rested,
         "crossing_orders_that_traded": stats.crossed_and_traded,
         "latency": latency,
@@ -812,10 +859,11 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{} of {} scheduled requests sent in {:.2} s ({:.0}/s); {} ok, {} errors, {} unfinished, {} skipped (no market)",
+        "{} of {} scheduled requests sent in {:.2} s; {} answered ({:.1}/s): {} ok, {} errors; {} unfinished, {} skipped (no market)",
         sent,
         total,
         elapsed.as_secs_f64(),
+        stats.completed,
         result["achieved_rate"].as_f64().unwrap_or(0.0),
         ok,
         errors,
@@ -825,7 +873,7 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
     println!("latency from each request's due time (coordinated omission corrected):");
     if unfinished > 0 {
         println!(
-            "  ({unfinished} requests unanswered at the end are in \"all\" at the time they had waited by then)"
+            "  ({unfinished} requests unanswered at the end count at the time they had waited by then: those in flight in their kind's row, those never sent in \"(never sent)\"; all of them in \"all\")"
         );
     }
     println!("{}", report::table_header());
@@ -835,6 +883,9 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
             "{}",
             report::table_row(kind.name(), &stats.kinds[kind.index()])
         );
+    }
+    if !stats.never_sent.is_empty() {
+        println!("{}", report::table_row("(never sent)", &stats.never_sent));
     }
     println!("{}", report::table_row("(service time)", &stats.service));
     if !stats.errors.is_empty() {

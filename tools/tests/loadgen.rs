@@ -252,6 +252,13 @@ fn requests_a_stalled_venue_never_answers_count_in_the_latency() {
         "every answered or unanswered request is in the figures: {result}"
     );
     assert!(completed + unfinished <= expected);
+    // Each of them is in its kind's row too, or in `never_sent` when it
+    // was still queued (never drawn): the rows add up to the whole.
+    let rows: u64 = ["order_resting", "order_crossing", "cancel", "never_sent"]
+        .iter()
+        .map(|k| result["latency"][k]["count"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(rows, completed + unfinished, "{result}");
     let max = result["latency"]["all"]["max_us"].as_u64().unwrap();
     assert!(
         max >= 1_000_000,
@@ -262,4 +269,45 @@ fn requests_a_stalled_venue_never_answers_count_in_the_latency() {
         text.contains(&format!("Total count    = {:>12}]", completed + unfinished)),
         "{text}"
     );
+}
+
+/// Options that would spoil a run are refused before anything is sent:
+/// an output file that cannot be written (the run's results would be lost
+/// at its end), a plot that is not SVG, no connection, orders of no
+/// contract, a process to watch that does not exist.
+#[test]
+fn options_that_would_spoil_a_run_are_refused_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let nowhere = dir.path().join("missing").join("run.hgrm");
+    let png = dir.path().join("run.png");
+    let cases: [(Vec<&str>, &str); 5] = [
+        (vec!["--hgrm", nowhere.to_str().unwrap()], "cannot write"),
+        (vec!["--plot", png.to_str().unwrap()], "SVG"),
+        (vec!["--connections", "0"], "--connections"),
+        (vec!["--max-count", "0"], "--max-count"),
+        (vec!["--watch-pid", "4000000000"], "--watch-pid"),
+    ];
+    for (extra, says) in cases {
+        let mut args = vec![
+            "--target",
+            "http://127.0.0.1:9",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--accounts",
+            "1",
+            "--rate",
+            "1",
+            "--duration",
+            "1",
+        ];
+        args.extend(extra.iter().copied());
+        let (ok, out, err) = loadgen(&args);
+        assert!(!ok, "{extra:?} accepted: {out}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(
+            !err.contains("connecting to"),
+            "{extra:?} tried the venue: {err}"
+        );
+        assert!(!png.exists(), "a file made for a refused plot");
+    }
 }
