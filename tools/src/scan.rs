@@ -438,11 +438,15 @@ impl Filter {
         if let Some(cid) = &self.client_order_id {
             let named = matches!(command, Command::PlaceOrder { order, .. }
                 if order.client_order_id.as_str() == cid);
+            // Its events name the order, or its reply does: a cancel that
+            // found the order ended (it changes nothing and emits nothing)
+            // and a place retried are answered with the order.
             let touched = applied.is_some_and(|a| {
-                a.events.iter().any(|e| {
-                    matches!(e, Event::Order(o) if a.state.order(o.id)
-                        .is_some_and(|o| o.client_order_id.as_str() == cid))
-                })
+                matches!(a.reply, Reply::Order { order, .. } if order.client_order_id.as_str() == cid)
+                    || a.events.iter().any(|e| {
+                        matches!(e, Event::Order(o) if a.state.order(o.id)
+                            .is_some_and(|o| o.client_order_id.as_str() == cid))
+                    })
             });
             if !named && !touched {
                 return false;

@@ -492,6 +492,39 @@ fn simulated_journal_every_subcommand() {
         cid,
     ]));
     assert_eq!(by_key, by_key_id);
+    // A cancel that found its order ended changes nothing and emits
+    // nothing; its reply names the order, so the order's client_order_id
+    // finds it (it was left out).
+    let cancels = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        d,
+        "--json",
+        "--events",
+        "--kind",
+        "cancel_order",
+    ]));
+    let idle = cancels
+        .iter()
+        .find(|l| {
+            l["result"]["status"] == "order" && l["events"].as_array().is_some_and(Vec::is_empty)
+        })
+        .expect("the simulation sends a cancel of an ended order");
+    let idle_cid = idle["result"]["order"]["client_order_id"].as_str().unwrap();
+    let by_cid = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        d,
+        "--json",
+        "--client-order-id",
+        idle_cid,
+    ]));
+    assert!(
+        by_cid.iter().any(|l| l["seq"] == idle["seq"]),
+        "{idle} not found by {idle_cid}"
+    );
     // Refusals: unknown kinds, state selections in raw mode, find without selection.
     for (args, message) in [
         (
