@@ -307,19 +307,25 @@ impl Server {
             .filter(|t| t.kind != journal::ProblemKind::TornTail)
         {
             // Not a crash's leftover: acknowledged commands may be gone.
+            // A cut at offset 0 removes the damaged segment itself.
             let removed: Vec<String> = cut
                 .segments_removed
                 .iter()
+                .filter(|p| **p != cut.segment)
                 .map(|p| p.display().to_string())
                 .collect();
+            let rest = if cut.offset == 0 {
+                "that whole segment".to_string()
+            } else {
+                format!("the rest of that segment ({} bytes)", cut.bytes_dropped)
+            };
             tracing::warn!(
                 "journal cut at damage (--truncate-corrupt-journal): {} byte offset {} ({}); \
-                 the rest of that segment ({} bytes) and {} later segment(s) [{}] are gone, \
+                 {rest} and {} later segment(s) [{}] are gone, \
                  with every command they held; the journal now ends at seq {}",
                 cut.segment.display(),
                 cut.offset,
                 cut.reason,
-                cut.bytes_dropped,
                 removed.len(),
                 removed.join(", "),
                 report

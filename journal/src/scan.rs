@@ -295,7 +295,11 @@ fn scan_segment(
         ));
         return Ok(out);
     }
-    if header.segment_bytes != len || !len.is_multiple_of(RECORD_ALIGN as u64) {
+    // A file shorter than its header says was cut (segments are made whole
+    // and never shrunk): its whole records are read, and the damage is
+    // named where they end, so that a cut there keeps them.
+    let cut_short = header.segment_bytes > len;
+    if !cut_short && (header.segment_bytes != len || !len.is_multiple_of(RECORD_ALIGN as u64)) {
         out.problem = Some(problem(
             0,
             ProblemKind::BadSegmentHeader,
@@ -323,15 +327,45 @@ fn scan_segment(
         }
     }
     out.next_seq = Some(header.first_seq);
-    let mut next = header.first_seq;
+    let body = &map[..map.len() / RECORD_ALIGN * RECORD_ALIGN];
+    let sealed = scan_records(body, header.first_seq, is_last, &mut out, &problem);
+    if cut_short && !sealed {
+        let keep = out.problem.as_ref().is_none_or(|p| {
+            p.offset == out.end && matches!(p.kind, ProblemKind::Corrupt | ProblemKind::TornTail)
+        });
+        if keep {
+            out.writable = false;
+            out.problem = Some(problem(
+                out.end,
+                ProblemKind::Corrupt,
+                format!(
+                    "the file is cut short: {len} of the {} bytes its header says; the records before this offset are whole",
+                    header.segment_bytes
+                ),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the records of a segment's `body` from its header on, into
+/// `out`; true when it ends with a seal.
+fn scan_records(
+    map: &[u8],
+    first_seq: u64,
+    is_last: bool,
+    out: &mut SegScan,
+    problem: &dyn Fn(u64, ProblemKind, String) -> Problem,
+) -> bool {
+    let mut next = first_seq;
     let mut pos = SEGMENT_HEADER_LEN;
     loop {
         out.end = pos as u64;
         if pos + RECORD_HEADER_LEN > map.len() {
             // No room for another header: the segment is full.
-            return Ok(out);
+            return false;
         }
-        match decode_slot(&map, pos, read_u32(&map, pos)) {
+        match decode_slot(map, pos, read_u32(map, pos)) {
             Slot::Record {
                 seq, total, crc, ..
             } => {
@@ -344,7 +378,7 @@ fn scan_segment(
                         },
                         format!("record has seq {seq} but seq {next} was expected"),
                     ));
-                    return Ok(out);
+                    return false;
                 }
                 out.records += 1;
                 out.first_seq.get_or_insert(seq);
@@ -354,18 +388,18 @@ fn scan_segment(
                 out.next_seq = Some(next);
                 pos += total;
             }
-            Slot::Seal => return Ok(out),
+            Slot::Seal => return true,
             Slot::Unpublished if !is_last => {
                 out.problem = Some(problem(
                     pos as u64,
                     ProblemKind::Corrupt,
                     "segment ends without a seal mark although a later segment exists".into(),
                 ));
-                return Ok(out);
+                return false;
             }
             Slot::Bad(reason) if !is_last => {
                 out.problem = Some(problem(pos as u64, ProblemKind::Corrupt, reason));
-                return Ok(out);
+                return false;
             }
             slot => {
                 // The end of the last segment. Everything from here on must be
@@ -374,12 +408,12 @@ fn scan_segment(
                     Slot::Bad(reason) => reason,
                     _ => "partly written record (its marker is still zero)".to_string(),
                 };
-                let stray_end = last_nonzero_end(&map, pos);
+                let stray_end = last_nonzero_end(map, pos);
                 if stray_end == pos {
                     out.writable = true;
-                    return Ok(out);
+                    return false;
                 }
-                if let Some(q) = find_valid_slot(&map, pos + RECORD_ALIGN, stray_end) {
+                if let Some(q) = find_valid_slot(map, pos + RECORD_ALIGN, stray_end) {
                     out.problem = Some(problem(
                         pos as u64,
                         ProblemKind::Corrupt,
@@ -397,7 +431,7 @@ fn scan_segment(
                         ),
                     ));
                 }
-                return Ok(out);
+                return false;
             }
         }
     }
@@ -461,12 +495,19 @@ pub(crate) fn cut(
             .map_err(|e| {
                 JournalError::io(format!("opening {} to cut it", seg.path.display()), e)
             })?;
-        let len = file
+        let mut len = file
             .metadata()
             .map_err(|e| {
                 JournalError::io(format!("reading metadata of {}", seg.path.display()), e)
             })?
             .len();
+        // A segment file cut short is made whole again (zeros, every block
+        // written), so that the writer can go on in it.
+        let whole = crate::segment::read_header(&seg.path)?.segment_bytes;
+        if len < whole && offset <= len {
+            crate::segment::zero_fill(&file, &seg.path, len, whole)?;
+            len = whole;
+        }
         let start = offset as usize;
         if offset < SEGMENT_HEADER_LEN as u64
             || !start.is_multiple_of(RECORD_ALIGN)

@@ -318,6 +318,29 @@ fn build_body(path: &Path, segment_bytes: u64, paced: bool) -> Result<File, Jour
     Ok(file)
 }
 
+/// Writes zeros over bytes `from..to` of `file` (growing it to `to`),
+/// every block allocated, and syncs it: a segment cut short made whole.
+pub(crate) fn zero_fill(file: &File, path: &Path, from: u64, to: u64) -> Result<(), JournalError> {
+    let wrap = |e: io::Error| {
+        if is_no_space(&e) {
+            JournalError::NoSpace {
+                path: path.to_path_buf(),
+                source: e,
+            }
+        } else {
+            JournalError::io(format!("making {} whole again", path.display()), e)
+        }
+    };
+    let zeros = vec![0u8; PREALLOC_STEP as usize];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(PREALLOC_STEP);
+        file.write_all_at(&zeros[..n as usize], at).map_err(wrap)?;
+        at += n;
+    }
+    file.sync_all().map_err(wrap)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -283,24 +283,58 @@ fn seq_gap_inside_a_segment_with_valid_crcs_is_an_error() {
     assert!(matches!(r.next(), Err(JournalError::SeqGap { .. })));
 }
 
+/// A segment file cut short (segments are made whole and never shrunk,
+/// so only damage or a hand does that), in the middle of the journal or at
+/// its end: it is never mapped past its end; the damage is named where its
+/// whole records end, not at its header, and a cut there keeps them (it
+/// dropped the whole segment) and makes the file whole again, so that the
+/// writer goes on in it.
 #[test]
-fn truncated_segment_file_is_reported_not_mapped_past_its_end() {
-    let (dir, _) = setup();
-    let f = fs::OpenOptions::new()
-        .write(true)
-        .open(seg_path(dir.path(), 1))
-        .unwrap();
-    f.set_len(SEG / 2).unwrap();
-    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
-        JournalError::Corrupt {
-            segment,
-            offset: 0,
-            reason,
-        } => {
-            assert_eq!(segment, seg_path(dir.path(), 1));
-            assert!(reason.contains("bytes"), "{reason}");
+fn a_segment_file_cut_short_keeps_its_whole_records() {
+    for middle in [true, false] {
+        let (dir, recs) = setup();
+        let segment = if middle {
+            1
+        } else {
+            recs.last().unwrap().segment
+        };
+        let path = seg_path(dir.path(), segment);
+        let in_it: Vec<&Owned> = recs.iter().filter(|r| r.segment == segment).collect();
+        // Cut inside a record halfway through, at a length no record
+        // boundary has (the trial's `truncate -s 278628`).
+        let victim = in_it[in_it.len() / 2];
+        let cut_len = victim.offset + 37;
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(cut_len)
+            .unwrap();
+        match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+            JournalError::Corrupt {
+                segment: at,
+                offset,
+                reason,
+            } => {
+                assert_eq!((at, offset), (path.clone(), victim.offset));
+                assert!(reason.contains("cut short"), "{reason}");
+            }
+            other => panic!("{other:?}"),
         }
-        other => panic!("{other:?}"),
+        let report = journal::verify(dir.path()).unwrap();
+        let p = report.problem.clone().unwrap();
+        assert_eq!((p.segment_index, p.offset), (segment, victim.offset));
+        assert_eq!(report.last_seq, Some(victim.seq - 1), "{report:?}");
+
+        let (mut j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
+        assert_eq!(rec.last_seq, Some(victim.seq - 1));
+        let t = rec.truncated_tail.unwrap();
+        assert_eq!((t.segment_index, t.offset), (segment, victim.offset));
+        assert_eq!(fs::metadata(&path).unwrap().len(), SEG, "made whole");
+        write_range(&mut j, victim.seq, victim.seq + 50);
+        j.close().unwrap();
+        assert_records(&read_all(dir.path()), 1, victim.seq + 50);
+        assert!(journal::verify(dir.path()).unwrap().is_ok());
     }
 }
 
