@@ -498,15 +498,13 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
         }
         None => Vec::new(),
     };
-    // The peak among whole buckets (a partial one of a few milliseconds
-    // says little), or among all when none is whole; the output says which.
+    // The peak among whole buckets only: a partial one of a few
+    // milliseconds says little (one command in the last millisecond read
+    // as 1,000/s). With no whole bucket there is no peak; the average is
+    // the figure.
     let faster =
         |a: &&(u64, u64, u64), b: &&(u64, u64, u64)| rate(a.1, a.2).total_cmp(&rate(b.1, b.2));
-    let peak = rows
-        .iter()
-        .filter(|r| r.2 == bucket_ms)
-        .max_by(faster)
-        .or_else(|| rows.iter().max_by(faster));
+    let peak = rows.iter().filter(|r| r.2 == bucket_ms).max_by(faster);
     if json {
         let v = json!({
             "journal": dir.display().to_string(),
@@ -518,7 +516,7 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
             "first_ts_ms": stats.first.map(|f| f.1),
             "last_ts_ms": stats.last.map(|l| l.1),
             "span_ms": span_ms,
-            "commands_per_second": rate(stats.records, span_ms),
+            "commands_per_second": (span_ms > 0).then(|| rate(stats.records, span_ms)),
             "events": stats.events,
             "kinds": stats.kinds.iter().map(|(&k, &n)| (Command::kind_name(k).to_string(), Value::from(n))).collect::<Map<_, _>>(),
             "markets": stats.markets.iter().map(|(t, m)| (t.clone(), json!({
@@ -565,14 +563,18 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
     }
     match (stats.first, stats.last) {
         (Some((fs, ft)), Some((ls, lt))) => {
+            let average = if span_ms == 0 {
+                "all stamped within one millisecond".to_string()
+            } else {
+                format!("{:.1} commands/s on average", rate(stats.records, span_ms))
+            };
             writeln!(
                 out,
-                "records {}: seq {fs} .. {ls}, {} .. {} ({}), {:.1} commands/s on average",
+                "records {}: seq {fs} .. {ls}, {} .. {} ({}), {average}",
                 stats.records,
                 iso(ft),
                 iso(lt),
                 span(span_ms),
-                rate(stats.records, span_ms)
             )?;
         }
         _ => writeln!(out, "no records selected")?,
@@ -627,18 +629,18 @@ fn stats(source: &Source, selection: &Selection, bucket_ms: u64, json: bool) -> 
             rate(n, covered)
         )?;
     }
-    if let Some(&(t, n, covered)) = peak {
-        writeln!(
+    match peak {
+        Some(&(t, n, covered)) => writeln!(
             out,
-            "  peak {:.1} commands/s in the bucket at {} ({})",
+            "  peak {:.1} commands/s in the bucket at {} (among whole buckets: the first and last cover part of theirs)",
             rate(n, covered),
             iso(t),
-            if covered == bucket_ms {
-                "among whole buckets: the first and last cover part of theirs"
-            } else {
-                "no bucket is whole"
-            }
-        )?;
+        )?,
+        None if !rows.is_empty() => writeln!(
+            out,
+            "  no peak: no bucket is whole (the records span less than two; the average above is the figure)"
+        )?,
+        None => {}
     }
     writeln!(out, "\nsegments:")?;
     for s in &segs {

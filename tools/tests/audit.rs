@@ -640,6 +640,36 @@ fn simulated_journal_every_subcommand() {
         text.contains("among whole buckets") && text.contains("used through the last"),
         "{text}"
     );
+    // Two records fill no bucket: no peak (a partial bucket's rate said
+    // 2,000/s for two commands), and the average says what it can.
+    let narrow: Value = serde_json::from_str(&updown_ok(&[
+        "journal",
+        "stats",
+        "--data-dir",
+        d,
+        "--json",
+        "--from-seq",
+        "100",
+        "--to-seq",
+        "101",
+    ]))
+    .unwrap();
+    assert_eq!(narrow["records"], 2, "{narrow}");
+    assert!(narrow["peak"].is_null(), "{narrow}");
+    let text = updown_ok(&[
+        "journal",
+        "stats",
+        "--data-dir",
+        d,
+        "--from-seq",
+        "100",
+        "--to-seq",
+        "101",
+    ]);
+    assert!(
+        text.contains("no peak") && !text.contains("peak 2"),
+        "{text}"
+    );
     // A selection nothing matches (a misspelt ticker) says so on stderr.
     let (ok, out, err) = updown(&[
         "journal",
