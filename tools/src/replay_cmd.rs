@@ -668,8 +668,19 @@ fn command_at(journal: &Path, seq: u64) -> String {
 }
 
 fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool, json: bool) -> Result<()> {
-    if !b.is_dir() {
-        bail!("no journal at {}", b.display());
+    // A directory without a segment is a wrong path, not an empty journal
+    // that differs: a script must not read a typo as a difference.
+    for dir in [a, b] {
+        let segments = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .any(|e| e.path().extension().is_some_and(|x| x == "seg"))
+            })
+            .unwrap_or(false);
+        if !segments {
+            bail!("no journal at {} (no segment file in it)", dir.display());
+        }
     }
     let (tx_a, rx_a) = mpsc::sync_channel(8);
     let (tx_b, rx_b) = mpsc::sync_channel(8);

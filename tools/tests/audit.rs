@@ -1036,6 +1036,14 @@ fn simulated_journal_every_subcommand() {
         updown_status(&["replay", "--data-dir", d, "--compare", b]),
         Some(2)
     );
+    // An empty directory is a wrong path, not a journal that differs.
+    let empty = tempfile::tempdir().unwrap();
+    let (ok, _, err) = updown(&["replay", "--data-dir", d, "--compare", p(empty.path())]);
+    assert!(!ok && err.contains("no journal at"), "{err}");
+    assert_eq!(
+        updown_status(&["replay", "--data-dir", d, "--compare", p(empty.path())]),
+        Some(2)
+    );
     // A snapshot of the original at the seq the journals differ by,
     // written by the offline tool, put in place of the renamed journal's
     // own: verify warns and names it (the journal itself is whole), and a
