@@ -321,6 +321,8 @@ fn dump(source: &Source, selection: &Selection, output: &Output, find: bool) -> 
             "no record of the {} read matches the selection (check the ticker, key or id given)",
             scanner.read
         );
+    } else if result.is_ok() && scanner.matched == 0 && has_range(selection) {
+        eprintln!("no record in the seq or time range given");
     }
     result
 }

@@ -681,6 +681,10 @@ fn simulated_journal_every_subcommand() {
     ]);
     assert!(ok && out.is_empty(), "{out}{err}");
     assert!(err.contains("no record of the"), "{err}");
+    // So does a range past the journal's end.
+    let (ok, out, err) = updown(&["journal", "dump", "--data-dir", d, "--from-seq", "99999999"]);
+    assert!(ok && out.is_empty(), "{out}{err}");
+    assert!(err.contains("no record in the seq or time range"), "{err}");
 
     // replay --until-seq N is the live state at N: hashes, book, account.
     for (&seq, c) in &run.checkpoints {
