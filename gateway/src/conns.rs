@@ -107,14 +107,21 @@ pub struct Guarded {
     inner: TcpListener,
     limits: Limits,
     open: Arc<Mutex<Open>>,
+    /// Where refusals are counted (the public listener's).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Guarded {
-    pub fn new(inner: TcpListener, limits: Limits) -> Self {
+    pub fn new(
+        inner: TcpListener,
+        limits: Limits,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+    ) -> Self {
         Self {
             inner,
             limits,
             open: Arc::default(),
+            metrics,
         }
     }
 
@@ -163,6 +170,14 @@ impl axum::serve::Listener for Guarded {
                     return (Conn::new(stream, slot, self.limits.idle), addr);
                 }
                 Err(answer) => {
+                    if let Some(metrics) = &self.metrics {
+                        let counter = if answer == REFUSED_TOTAL {
+                            &metrics.connections_refused_total
+                        } else {
+                            &metrics.connections_refused_address
+                        };
+                        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     // Best effort, never waiting: the socket is new, so its
                     // buffer has room.
                     let _ = stream.try_write(answer);

@@ -17,6 +17,8 @@ use crate::ws::Hub;
 struct RouteStats {
     statuses: BTreeMap<u16, u64>,
     latency_us: Histogram<u64>,
+    /// Every request's latency added up, for the summary's `_sum`.
+    latency_sum_us: u64,
 }
 
 impl RouteStats {
@@ -24,15 +26,20 @@ impl RouteStats {
         RouteStats {
             statuses: BTreeMap::new(),
             latency_us: Histogram::new_with_bounds(1, 60_000_000, 2).expect("histogram bounds"),
+            latency_sum_us: 0,
         }
     }
 }
 
 /// Counters and histograms of one server.
 pub struct Metrics {
-    /// Per route: answers by status and the latency histogram. One lock,
-    /// and no allocation once a route was seen.
-    routes: Mutex<BTreeMap<String, RouteStats>>,
+    /// Per route and method: answers by status and the latency histogram.
+    /// One lock, and no allocation once a route and method were seen.
+    routes: Mutex<BTreeMap<String, BTreeMap<String, RouteStats>>>,
+    /// Connections the listener refused before any request was read:
+    /// over the cap of one address (429), over the cap in all (503).
+    pub connections_refused_address: AtomicU64,
+    pub connections_refused_total: AtomicU64,
     pub batches: AtomicU64,
     pub jobs: AtomicU64,
     pub queue_depth: AtomicU64,
@@ -61,6 +68,8 @@ impl Default for Metrics {
     fn default() -> Self {
         Self {
             routes: Mutex::new(BTreeMap::new()),
+            connections_refused_address: AtomicU64::new(0),
+            connections_refused_total: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             jobs: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
@@ -81,20 +90,24 @@ impl Default for Metrics {
 
 impl Metrics {
     /// One HTTP request done.
-    pub fn record_request(&self, route: &str, status: u16, elapsed: Duration) {
+    pub fn record_request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
         let Ok(mut routes) = self.routes.lock() else {
             return;
         };
-        let stats = match routes.get_mut(route) {
+        let methods = match routes.get_mut(route) {
+            Some(methods) => methods,
+            None => routes.entry(route.to_string()).or_default(),
+        };
+        let stats = match methods.get_mut(method) {
             Some(stats) => stats,
-            None => routes
-                .entry(route.to_string())
+            None => methods
+                .entry(method.to_string())
                 .or_insert_with(RouteStats::new),
         };
         *stats.statuses.entry(status).or_default() += 1;
-        stats
-            .latency_us
-            .saturating_record(elapsed.as_micros() as u64);
+        let us = elapsed.as_micros() as u64;
+        stats.latency_us.saturating_record(us);
+        stats.latency_sum_us = stats.latency_sum_us.saturating_add(us);
     }
 
     /// One sequencer batch done.
@@ -124,29 +137,51 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         if let Ok(routes) = self.routes.lock() {
+            let each = || {
+                routes.iter().flat_map(|(route, methods)| {
+                    methods
+                        .iter()
+                        .map(move |(method, stats)| (route, method, stats))
+                })
+            };
             let _ = writeln!(out, "# TYPE updown_http_requests_total counter");
-            for (route, stats) in routes.iter() {
+            for (route, method, stats) in each() {
                 for (status, n) in &stats.statuses {
                     let _ = writeln!(
                         out,
-                        "updown_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                        "updown_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}"
                     );
                 }
             }
+            // Quantiles over the process's life; rates of `_sum` and
+            // `_count` give the mean over any window.
             let _ = writeln!(out, "# TYPE updown_http_latency_us summary");
-            for (route, stats) in routes.iter() {
+            for (route, method, stats) in each() {
                 let h = &stats.latency_us;
+                let labels = format!("method=\"{method}\",route=\"{route}\"");
                 for q in [0.5, 0.99, 0.999] {
                     let _ = writeln!(
                         out,
-                        "updown_http_latency_us{{route=\"{route}\",quantile=\"{q}\"}} {}",
+                        "updown_http_latency_us{{{labels},quantile=\"{q}\"}} {}",
                         h.value_at_quantile(q)
                     );
                 }
                 let _ = writeln!(
                     out,
-                    "updown_http_latency_us_count{{route=\"{route}\"}} {}",
-                    h.len()
+                    "updown_http_latency_us_sum{{{labels}}} {}",
+                    stats.latency_sum_us
+                );
+                let _ = writeln!(out, "updown_http_latency_us_count{{{labels}}} {}", h.len());
+            }
+            let _ = writeln!(out, "# TYPE updown_http_connections_refused_total counter");
+            for (cap, n) in [
+                ("address", &self.connections_refused_address),
+                ("total", &self.connections_refused_total),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "updown_http_connections_refused_total{{cap=\"{cap}\"}} {}",
+                    n.load(Ordering::Relaxed)
                 );
             }
         }

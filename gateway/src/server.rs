@@ -435,7 +435,7 @@ impl Server {
             // (its series and last prices) is at hand.
             prints.warn_at_start(node.state(), &series_configs, config.price_file_speed);
         }
-        let engine = Engine::start(node, settings, metrics, failures, events)
+        let engine = Engine::start(node, settings, metrics.clone(), failures, events)
             .map_err(thread("sequencer"))?;
         let submitter = engine.submitter.clone();
 
@@ -559,7 +559,7 @@ impl Server {
             })?;
             let servers = vec![
                 tokio::spawn(serve(
-                    crate::conns::Guarded::new(public, limits),
+                    crate::conns::Guarded::new(public, limits, Some(metrics.clone())),
                     rest::router(app),
                     shutdown.clone(),
                 )),
@@ -571,6 +571,7 @@ impl Server {
                             total: crate::conns::ADMIN_CONNECTIONS_MAX,
                             ..limits
                         },
+                        None,
                     ),
                     admin::router(admin),
                     shutdown.clone(),

@@ -2417,6 +2417,22 @@ fn connections_past_the_cap_for_an_address_are_refused_with_429() {
     let body: Value = serde_json::from_str(refusal.split("\r\n\r\n").nth(1).unwrap()).unwrap();
     assert_eq!(body["code"], "RATE_LIMITED");
     drop(held);
+    // Refused before any request was read, it is still counted.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = v.call_root("GET", "/metrics").text;
+        if text
+            .lines()
+            .any(|l| l == "updown_http_connections_refused_total{cap=\"address\"} 1")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the refusal is not counted:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     while v.get("/markets", None).status != 200 {
         assert!(Instant::now() < deadline, "still refused after closing");
@@ -2525,6 +2541,25 @@ fn the_metrics_the_readme_names_are_served() {
         }
     }
     assert!(named >= 15, "the README's metrics table: {named} names");
+    // Requests are counted by method as well as route: reading the
+    // balance and placing an order are apart from listing and cancelling
+    // (one route each). The latency summary has its `_sum`, equal to or
+    // over its count in microseconds.
+    let get = r#"method="GET",route="/v1/portfolio/balance""#;
+    assert!(
+        served.lines().any(|l| l.starts_with(&format!(
+            "updown_http_requests_total{{{get},status=\"200\"}}"
+        ))),
+        "{served}"
+    );
+    let value = |name: &str| -> u64 {
+        served
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}{{{get}}} "))?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} of {get}:\n{served}"))
+    };
+    let count = value("updown_http_latency_us_count");
+    assert!(count >= 1 && value("updown_http_latency_us_sum") >= count);
 }
 
 // ----- the history tail --------------------------------------------------------------

@@ -217,9 +217,22 @@ async fn method_not_allowed(uri: Uri) -> ApiError {
 async fn measure(State(app): Shared, request: Request, next: Next) -> Response {
     // A shared `Arc<str>` of the router's, not a copy.
     let route = request.extensions().get::<MatchedPath>().cloned();
+    // Standard methods by name; any other counts as one label (a client
+    // must not grow the metrics with made-up methods).
+    let method: &'static str = match request.method().as_str() {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "PATCH" => "PATCH",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        _ => "OTHER",
+    };
     let started = Instant::now();
     let response = next.run(read_unread_body(request).await).await;
     app.submitter.metrics.record_request(
+        method,
         route.as_ref().map_or("unmatched", MatchedPath::as_str),
         response.status().as_u16(),
         started.elapsed(),
