@@ -83,7 +83,9 @@ struct ServeArgs {
     /// has them) instead of the price simulator (overrides the config file).
     #[arg(long)]
     price_file: Option<PathBuf>,
-    /// Log as JSON lines.
+    /// Log as JSON lines. The level and filters come from the UPDOWN_LOG
+    /// environment variable (tracing's syntax: `debug`,
+    /// `info,gateway=debug`; `info` when unset).
     #[arg(long)]
     log_json: bool,
     /// Start on a journal damaged in the middle by cutting it back to the
@@ -199,6 +201,8 @@ fn serve(args: ServeArgs) -> Result<()> {
         }
     }
     say.line("shutting down: finishing requests in flight and flushing the journal");
+    // The same in the log stream, for a pipeline that reads the logs only.
+    tracing::info!("shutting down: finishing requests in flight and flushing the journal");
     let metrics = server.metrics();
     server.stop();
     let journal_failed = metrics
@@ -213,6 +217,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         bail!("the journal failed while the venue ran (see the log above) and writes were refused from then on; nothing acknowledged is lost: fix the cause (disk space, the disk) and start again");
     }
     say.line("stopped");
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -243,8 +248,11 @@ fn init_logs(json: bool) {
             .with_env_filter(filter)
             .init();
     } else {
+        // Colours for a terminal only: a file or journald got escape codes.
+        use std::io::IsTerminal;
         tracing_subscriber::fmt()
             .with_env_filter(filter)
+            .with_ansi(std::io::stderr().is_terminal())
             .with_writer(std::io::stderr)
             .init();
     }

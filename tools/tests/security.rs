@@ -436,6 +436,11 @@ fn secrets_never_reach_logs_journal_snapshots_files_or_answers() {
         "{}",
         v.serve.stderr.text()
     );
+    // Written to a pipe, not a terminal: no colour escape codes.
+    assert!(
+        !v.serve.stderr.text().contains('\u{1b}'),
+        "escape codes in a file's log"
+    );
 
     let mut v = venue_with(settings, |l| l.log("trace").arg("--log-json"));
     let (secrets, answers) = exercise(&mut v);
@@ -454,6 +459,12 @@ fn secrets_never_reach_logs_journal_snapshots_files_or_answers() {
         );
     }
     assert!(v.serve.stderr.text().contains(" listening on http://"));
+    // The shutdown is in the log stream too, not only on the console.
+    let stopped = v.serve.stdout.text().lines().any(|line| {
+        serde_json::from_str::<serde_json::Value>(line)
+            .is_ok_and(|l| l["fields"]["message"] == "stopped")
+    });
+    assert!(stopped, "{}", v.serve.stdout.text());
 }
 
 // ----- one account, not another's -----------------------------------------------------------------
