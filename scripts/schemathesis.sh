@@ -139,11 +139,11 @@ base = sys.argv[1].rsplit("/v1", 1)[0]
 text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
 total = orders = 0
 by_status = {}
-for m in re.finditer(r'^updown_http_requests_total\{route="([^"]*)",status="(\d+)"\} (\d+)$', text, re.M):
-    route, status, n = m.group(1), m.group(2), int(m.group(3))
+for m in re.finditer(r'^updown_http_requests_total\{method="([^"]*)",route="([^"]*)",status="(\d+)"\} (\d+)$', text, re.M):
+    method, route, status, n = m.group(1), m.group(2), m.group(3), int(m.group(4))
     total += n
     by_status[status] = by_status.get(status, 0) + n
-    if route == "/v1/portfolio/orders" and status == "201":
+    if method == "POST" and route == "/v1/portfolio/orders" and status == "201":
         orders += n
 print(total, orders, " ".join(f"{k}:{v}" for k, v in sorted(by_status.items())))
 EOF
