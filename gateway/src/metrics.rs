@@ -173,17 +173,17 @@ impl Metrics {
                 );
                 let _ = writeln!(out, "updown_http_latency_us_count{{{labels}}} {}", h.len());
             }
-            let _ = writeln!(out, "# TYPE updown_http_connections_refused_total counter");
-            for (cap, n) in [
-                ("address", &self.connections_refused_address),
-                ("total", &self.connections_refused_total),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "updown_http_connections_refused_total{{cap=\"{cap}\"}} {}",
-                    n.load(Ordering::Relaxed)
-                );
-            }
+        }
+        let _ = writeln!(out, "# TYPE updown_http_connections_refused_total counter");
+        for (cap, n) in [
+            ("address", &self.connections_refused_address),
+            ("total", &self.connections_refused_total),
+        ] {
+            let _ = writeln!(
+                out,
+                "updown_http_connections_refused_total{{cap=\"{cap}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
         }
         let gauges = [
             (

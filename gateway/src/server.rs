@@ -311,7 +311,7 @@ impl Server {
             let removed: Vec<String> = cut
                 .segments_removed
                 .iter()
-                .filter(|p| **p != cut.segment)
+                .filter(|p| !(cut.offset == 0 && **p == cut.segment))
                 .map(|p| p.display().to_string())
                 .collect();
             let rest = if cut.offset == 0 {

@@ -329,20 +329,27 @@ fn scan_segment(
     out.next_seq = Some(header.first_seq);
     let body = &map[..map.len() / RECORD_ALIGN * RECORD_ALIGN];
     let sealed = scan_records(body, header.first_seq, is_last, &mut out, &problem);
-    if cut_short && !sealed {
-        let keep = out.problem.as_ref().is_none_or(|p| {
-            p.offset == out.end && matches!(p.kind, ProblemKind::Corrupt | ProblemKind::TornTail)
-        });
-        if keep {
-            out.writable = false;
-            out.problem = Some(problem(
-                out.end,
-                ProblemKind::Corrupt,
-                format!(
-                    "the file is cut short: {len} of the {} bytes its header says; the records before this offset are whole",
-                    header.segment_bytes
-                ),
-            ));
+    if cut_short {
+        // Damage the records show keeps its own reason; a cut after a seal
+        // is named at the seal (readers refuse a file shorter than its
+        // header says, so it cannot pass as whole).
+        let cut = format!(
+            "the file is cut short: {len} of the {} bytes its header says{}",
+            header.segment_bytes,
+            if sealed {
+                ", after its seal"
+            } else {
+                "; the records before this offset are whole"
+            }
+        );
+        out.writable = false;
+        match out.problem.as_mut() {
+            Some(p) if matches!(p.kind, ProblemKind::SeqGap { .. }) => {}
+            Some(p) => {
+                p.kind = ProblemKind::Corrupt;
+                p.reason = format!("{}; {cut}", p.reason);
+            }
+            None => out.problem = Some(problem(out.end, ProblemKind::Corrupt, cut)),
         }
     }
     Ok(out)
@@ -473,6 +480,10 @@ fn find_valid_slot(seg: &[u8], from: usize, to: usize) -> Option<usize> {
     None
 }
 
+/// The largest segment a header may name for a cut to make whole again:
+/// the venue's largest `segment_mib` (16 GiB).
+const SEGMENT_BYTES_MAX: u64 = 16 << 30;
+
 /// Cuts the journal at `offset` of `segments[seg_pos]`: zeroes that segment
 /// from `offset` on (or removes it when `offset` is 0) and removes every later
 /// segment. Segments are never shrunk, because a reader may have them mapped
@@ -501,21 +512,34 @@ pub(crate) fn cut(
                 JournalError::io(format!("reading metadata of {}", seg.path.display()), e)
             })?
             .len();
-        // A segment file cut short is made whole again (zeros, every block
-        // written), so that the writer can go on in it.
-        let whole = crate::segment::read_header(&seg.path)?.segment_bytes;
-        if len < whole && offset <= len {
-            crate::segment::zero_fill(&file, &seg.path, len, whole)?;
-            len = whole;
-        }
         let start = offset as usize;
-        if offset < SEGMENT_HEADER_LEN as u64
-            || !start.is_multiple_of(RECORD_ALIGN)
-            || offset > len
-            || !len.is_multiple_of(16)
+        if offset < SEGMENT_HEADER_LEN as u64 || !start.is_multiple_of(RECORD_ALIGN) || offset > len
         {
             return Err(JournalError::Invalid(format!(
                 "cannot cut {} at offset {offset}: not a record boundary inside the file",
+                seg.path.display()
+            )));
+        }
+        // A segment file cut short is made whole again (zeros, every block
+        // written), so that the writer can go on in it; its header, whose
+        // checksum holds, says how long (a sane size only).
+        let whole = crate::segment::read_header(&seg.path)
+            .map_err(|e| JournalError::Invalid(format!("cannot cut {}: {e}", seg.path.display())))?
+            .segment_bytes;
+        if len < whole {
+            if !whole.is_multiple_of(crate::writer::SEGMENT_SIZE_UNIT) || whole > SEGMENT_BYTES_MAX
+            {
+                return Err(JournalError::Invalid(format!(
+                    "cannot make {} whole: its header says {whole} bytes",
+                    seg.path.display()
+                )));
+            }
+            crate::segment::zero_fill(&file, &seg.path, len, whole)?;
+            len = whole;
+        }
+        if !len.is_multiple_of(16) {
+            return Err(JournalError::Invalid(format!(
+                "cannot cut {}: its length {len} is not a multiple of 16",
                 seg.path.display()
             )));
         }

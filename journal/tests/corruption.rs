@@ -338,6 +338,42 @@ fn a_segment_file_cut_short_keeps_its_whole_records() {
     }
 }
 
+/// A middle segment cut after its seal (every record whole): readers
+/// refuse a file shorter than its header says, so it is damage too, named
+/// at the seal; the cut keeps every record of the segment.
+#[test]
+fn a_segment_cut_after_its_seal_is_damage_named_at_the_seal() {
+    let (dir, recs) = setup();
+    // A sealed segment with room after its seal for a cut.
+    let (segment, last, seal) = (0..recs.last().unwrap().segment)
+        .find_map(|segment| {
+            let last = recs.iter().filter(|r| r.segment == segment).last()?.clone();
+            let seal = last.offset
+                + (format::RECORD_HEADER_LEN + last.payload.len())
+                    .next_multiple_of(format::RECORD_ALIGN) as u64;
+            (seal + 64 < SEG).then_some((segment, last, seal))
+        })
+        .expect("a segment with room after its seal");
+    let cut_len = seal + format::RECORD_HEADER_LEN as u64 + 5;
+    let path = seg_path(dir.path(), segment);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(cut_len)
+        .unwrap();
+    let report = journal::verify(dir.path()).unwrap();
+    let p = report.problem.clone().expect("a problem");
+    assert_eq!((p.segment_index, p.offset), (segment, seal), "{p:?}");
+    assert!(p.reason.contains("after its seal"), "{}", p.reason);
+    assert!(Journal::open(config(dir.path(), SEG)).is_err());
+    let (mut j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
+    assert_eq!(rec.last_seq, Some(last.seq));
+    write_range(&mut j, last.seq + 1, last.seq + 20);
+    j.close().unwrap();
+    assert_records(&read_all(dir.path()), 1, last.seq + 20);
+}
+
 #[test]
 fn truncate_after_cuts_at_a_record() {
     let (dir, recs) = setup();
