@@ -347,7 +347,7 @@ fn a_segment_cut_after_its_seal_is_damage_named_at_the_seal() {
     // A sealed segment with room after its seal for a cut.
     let (segment, last, seal) = (0..recs.last().unwrap().segment)
         .find_map(|segment| {
-            let last = recs.iter().filter(|r| r.segment == segment).last()?.clone();
+            let last = recs.iter().rfind(|r| r.segment == segment)?.clone();
             let seal = last.offset
                 + (format::RECORD_HEADER_LEN + last.payload.len())
                     .next_multiple_of(format::RECORD_ALIGN) as u64;
