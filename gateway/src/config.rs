@@ -239,7 +239,7 @@ impl Default for ServerConfig {
 }
 
 /// Bounds of the numeric settings, (least, most).
-const SEGMENT_MIB: (u64, u64) = (1, 16 << 10);
+const SEGMENT_MIB: (u64, u64) = (1, journal::SEGMENT_BYTES_MAX >> 20);
 const LOCKOUT_SECS: (u64, u64) = (1, 7 * 86_400);
 const PRICE_INTERVAL_MS: (u64, u64) = (10, 3_600_000);
 /// A slot is about 200 bytes: at most some 200 MiB of queue.

@@ -48,5 +48,5 @@ pub use scan::{truncate_after, verify, Problem, ProblemKind, TailCut, VerifyRepo
 pub use segment::{segment_file_name, segment_path};
 pub use writer::{
     free_bytes, writer_running, Durability, Journal, JournalConfig, Recovery, SyncCount, SyncPoint,
-    DEFAULT_SEGMENT_BYTES, LOCK_FILE, SEGMENT_SIZE_UNIT,
+    DEFAULT_SEGMENT_BYTES, LOCK_FILE, SEGMENT_BYTES_MAX, SEGMENT_SIZE_UNIT,
 };

@@ -480,10 +480,6 @@ fn find_valid_slot(seg: &[u8], from: usize, to: usize) -> Option<usize> {
     None
 }
 
-/// The largest segment a header may name for a cut to make whole again:
-/// the venue's largest `segment_mib` (16 GiB).
-const SEGMENT_BYTES_MAX: u64 = 16 << 30;
-
 /// Cuts the journal at `offset` of `segments[seg_pos]`: zeroes that segment
 /// from `offset` on (or removes it when `offset` is 0) and removes every later
 /// segment. Segments are never shrunk, because a reader may have them mapped
@@ -527,7 +523,8 @@ pub(crate) fn cut(
             .map_err(|e| JournalError::Invalid(format!("cannot cut {}: {e}", seg.path.display())))?
             .segment_bytes;
         if len < whole {
-            if !whole.is_multiple_of(crate::writer::SEGMENT_SIZE_UNIT) || whole > SEGMENT_BYTES_MAX
+            if !whole.is_multiple_of(crate::writer::SEGMENT_SIZE_UNIT)
+                || whole > crate::writer::SEGMENT_BYTES_MAX
             {
                 return Err(JournalError::Invalid(format!(
                     "cannot make {} whole: its header says {whole} bytes",

@@ -121,6 +121,19 @@ pub(crate) fn read_header(path: &Path) -> Result<SegmentHeader, JournalError> {
     })
 }
 
+/// A failed write to the segment file at `path`: `NoSpace` when the file
+/// system is full, else the I/O error with its context.
+fn write_error(path: &Path, e: io::Error, context: impl FnOnce() -> String) -> JournalError {
+    if is_no_space(&e) {
+        JournalError::NoSpace {
+            path: path.to_path_buf(),
+            source: e,
+        }
+    } else {
+        JournalError::io(context(), e)
+    }
+}
+
 /// True when an I/O error means the file system has no room left.
 fn is_no_space(e: &io::Error) -> bool {
     // ENOSPC is 28 and EDQUOT is 122 on Linux; std maps both to these kinds.
@@ -282,17 +295,8 @@ const PACE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 /// meanwhile (its cache flush waits for the writes in flight) stalls
 /// behind it; paced, a commit waits for at most one step.
 fn build_body(path: &Path, segment_bytes: u64, paced: bool) -> Result<File, JournalError> {
-    let ctx = |what: &str| format!("{what} new segment {}", path.display());
-    let wrap = |what: &str, e: io::Error| {
-        if is_no_space(&e) {
-            JournalError::NoSpace {
-                path: path.to_path_buf(),
-                source: e,
-            }
-        } else {
-            JournalError::io(ctx(what), e)
-        }
-    };
+    let wrap =
+        |what: &str, e| write_error(path, e, || format!("{what} new segment {}", path.display()));
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -321,16 +325,7 @@ fn build_body(path: &Path, segment_bytes: u64, paced: bool) -> Result<File, Jour
 /// Writes zeros over bytes `from..to` of `file` (growing it to `to`),
 /// every block allocated, and syncs it: a segment cut short made whole.
 pub(crate) fn zero_fill(file: &File, path: &Path, from: u64, to: u64) -> Result<(), JournalError> {
-    let wrap = |e: io::Error| {
-        if is_no_space(&e) {
-            JournalError::NoSpace {
-                path: path.to_path_buf(),
-                source: e,
-            }
-        } else {
-            JournalError::io(format!("making {} whole again", path.display()), e)
-        }
-    };
+    let wrap = |e| write_error(path, e, || format!("making {} whole again", path.display()));
     let zeros = vec![0u8; PREALLOC_STEP as usize];
     let mut at = from;
     while at < to {

@@ -20,6 +20,9 @@ use crate::segment::{prepare_segment, remove_temp_files, sync_dir, Prepared};
 pub const DEFAULT_SEGMENT_BYTES: u64 = 256 * 1024 * 1024;
 /// Segment sizes must be a multiple of this (and at least this large).
 pub const SEGMENT_SIZE_UNIT: u64 = 4096;
+/// The largest segment: what a venue may be set to make (`segment_mib`),
+/// and what a header may name for a cut to make a file whole again.
+pub const SEGMENT_BYTES_MAX: u64 = 16 << 30;
 
 /// When appended records are made durable (msync of the written range).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
