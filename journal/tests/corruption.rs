@@ -91,7 +91,7 @@ fn flipped_bit_in_a_middle_record_fails_open_naming_segment_and_offset() {
     assert!(matches!(err, JournalError::Corrupt { offset, .. } if offset == victim.offset));
 
     // With truncate_on_corruption the journal is cut there and reopened.
-    let (mut j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
+    let (j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
     assert_eq!(rec.last_seq, Some(victim.seq - 1));
     assert_eq!(rec.records, victim.seq - 1);
     let t = rec.truncated_tail.expect("cut reported");
@@ -105,16 +105,7 @@ fn flipped_bit_in_a_middle_record_fails_open_naming_segment_and_offset() {
     assert_eq!(t.segments_removed, later);
     assert!(later.iter().all(|p| !p.exists()));
     assert_eq!(rec.segments, 2);
-    j.append(
-        victim.seq,
-        kind_for(victim.seq),
-        &payload(victim.seq, size_for(victim.seq)),
-    )
-    .unwrap();
-    write_range(&mut j, victim.seq + 1, victim.seq + 500);
-    j.close().unwrap();
-    assert_records(&read_all(dir.path()), 1, victim.seq + 500);
-    assert!(journal::verify(dir.path()).unwrap().is_ok());
+    goes_on(dir.path(), j, victim.seq, victim.seq + 500);
 }
 
 #[test]
@@ -193,15 +184,13 @@ fn missing_middle_segment_is_an_error_or_a_cut() {
         "{err:?}"
     );
 
-    let (mut j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
+    let (j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
     assert_eq!(rec.last_seq, Some(last_in_0));
     let t = rec.truncated_tail.unwrap();
     assert_eq!(t.kind, ProblemKind::MissingSegment);
     assert_eq!(t.segments_removed.first(), Some(&seg_path(dir.path(), 2)));
     assert_eq!(segment_count(dir.path()), 1);
-    write_range(&mut j, last_in_0 + 1, last_in_0 + 10);
-    j.close().unwrap();
-    assert_records(&read_all(dir.path()), 1, last_in_0 + 10);
+    goes_on(dir.path(), j, last_in_0 + 1, last_in_0 + 10);
     assert!(
         seg_path(dir.path(), 1).exists(),
         "the next segment takes the missing index"
@@ -326,15 +315,12 @@ fn a_segment_file_cut_short_keeps_its_whole_records() {
         assert_eq!((p.segment_index, p.offset), (segment, victim.offset));
         assert_eq!(report.last_seq, Some(victim.seq - 1), "{report:?}");
 
-        let (mut j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
+        let (j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
         assert_eq!(rec.last_seq, Some(victim.seq - 1));
         let t = rec.truncated_tail.unwrap();
         assert_eq!((t.segment_index, t.offset), (segment, victim.offset));
         assert_eq!(fs::metadata(&path).unwrap().len(), SEG, "made whole");
-        write_range(&mut j, victim.seq, victim.seq + 50);
-        j.close().unwrap();
-        assert_records(&read_all(dir.path()), 1, victim.seq + 50);
-        assert!(journal::verify(dir.path()).unwrap().is_ok());
+        goes_on(dir.path(), j, victim.seq, victim.seq + 50);
     }
 }
 
@@ -367,11 +353,9 @@ fn a_segment_cut_after_its_seal_is_damage_named_at_the_seal() {
     assert_eq!((p.segment_index, p.offset), (segment, seal), "{p:?}");
     assert!(p.reason.contains("after its seal"), "{}", p.reason);
     assert!(Journal::open(config(dir.path(), SEG)).is_err());
-    let (mut j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
+    let (j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
     assert_eq!(rec.last_seq, Some(last.seq));
-    write_range(&mut j, last.seq + 1, last.seq + 20);
-    j.close().unwrap();
-    assert_records(&read_all(dir.path()), 1, last.seq + 20);
+    goes_on(dir.path(), j, last.seq + 1, last.seq + 20);
 }
 
 #[test]

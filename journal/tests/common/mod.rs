@@ -59,6 +59,16 @@ pub fn write_range(j: &mut Journal, first: u64, last: u64) {
     j.commit().unwrap();
 }
 
+/// A journal reopened after a cut goes on: records `first..=last` are
+/// written and it is closed; then the whole of it reads back as `1..=last`
+/// and verifies clean.
+pub fn goes_on(dir: &Path, mut j: Journal, first: u64, last: u64) {
+    write_range(&mut j, first, last);
+    j.close().unwrap();
+    assert_records(&read_all(dir), 1, last);
+    assert!(journal::verify(dir).unwrap().is_ok());
+}
+
 /// Creates a journal in `dir` with records `1..=n`.
 pub fn make_journal(dir: &Path, segment_bytes: u64, n: u64) {
     let (mut j, rec) = Journal::open(config(dir, segment_bytes)).unwrap();
