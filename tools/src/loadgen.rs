@@ -539,7 +539,7 @@ async fn drive(
     // Each worker's request in flight (its due time), so that one still
     // unanswered when the drain ends is counted, not forgotten.
     let mut in_flight = Vec::with_capacity(args.connections);
-    for _ in 0..args.connections.max(1) {
+    for _ in 0..args.connections {
         let shared = shared.clone();
         let rx = rx.clone();
         let slot: InFlight = Arc::new(std::sync::Mutex::new(None));

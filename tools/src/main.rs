@@ -200,9 +200,12 @@ fn serve(args: ServeArgs) -> Result<()> {
             break;
         }
     }
-    say.line("shutting down: finishing requests in flight and flushing the journal");
-    // The same in the log stream, for a pipeline that reads the logs only.
-    tracing::info!("shutting down: finishing requests in flight and flushing the journal");
+    // To the console and the log stream both (a pipeline reads the logs only).
+    let announce = |text: &str| {
+        say.line(text);
+        tracing::info!("{text}");
+    };
+    announce("shutting down: finishing requests in flight and flushing the journal");
     let metrics = server.metrics();
     server.stop();
     let journal_failed = metrics
@@ -216,8 +219,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         // Not a clean run, for whoever supervises the process.
         bail!("the journal failed while the venue ran (see the log above) and writes were refused from then on; nothing acknowledged is lost: fix the cause (disk space, the disk) and start again");
     }
-    say.line("stopped");
-    tracing::info!("stopped");
+    announce("stopped");
     Ok(())
 }
 

@@ -671,14 +671,7 @@ fn compare(a: &Path, b: &Path, until: Until, forced_progress: bool, json: bool) 
     // A directory without a segment is a wrong path, not an empty journal
     // that differs: a script must not read a typo as a difference.
     for dir in [a, b] {
-        let segments = std::fs::read_dir(dir)
-            .map(|entries| {
-                entries
-                    .filter_map(|e| e.ok())
-                    .any(|e| e.path().extension().is_some_and(|x| x == "seg"))
-            })
-            .unwrap_or(false);
-        if !segments {
+        if !crate::scan::segments(dir).is_ok_and(|s| !s.is_empty()) {
             bail!("no journal at {} (no segment file in it)", dir.display());
         }
     }
