@@ -293,12 +293,7 @@ fn a_segment_file_cut_short_keeps_its_whole_records() {
         // boundary has (the trial's `truncate -s 278628`).
         let victim = in_it[in_it.len() / 2];
         let cut_len = victim.offset + 37;
-        fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(cut_len)
-            .unwrap();
+        cut_file(&path, cut_len);
         match Journal::open(config(dir.path(), SEG)).unwrap_err() {
             JournalError::Corrupt {
                 segment: at,
@@ -342,12 +337,7 @@ fn a_segment_cut_after_its_seal_is_damage_named_at_the_seal() {
         .expect("a segment with room after its seal");
     let cut_len = seal + format::RECORD_HEADER_LEN as u64 + 5;
     let path = seg_path(dir.path(), segment);
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(cut_len)
-        .unwrap();
+    cut_file(&path, cut_len);
     let report = journal::verify(dir.path()).unwrap();
     let p = report.problem.clone().expect("a problem");
     assert_eq!((p.segment_index, p.offset), (segment, seal), "{p:?}");

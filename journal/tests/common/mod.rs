@@ -145,6 +145,16 @@ pub fn patch_file(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
     fs::write(path, bytes).unwrap();
 }
 
+/// Cuts the file at `path` to `len` bytes (damage by hand or a file system).
+pub fn cut_file(path: &Path, len: u64) {
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
 pub fn segment_count(dir: &Path) -> usize {
     fs::read_dir(dir)
         .unwrap()
