@@ -698,11 +698,44 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
             );
         }
     }
-    // The output files are made now: a path that cannot be written fails
-    // before the run, not after it (its results would be lost).
+    // The output files are opened now: a path that cannot be written fails
+    // before the run, not after it (its results would be lost). Opened
+    // without truncating, so a run that fails leaves an earlier file as it
+    // was, and one it made is removed again.
+    let mut made = Vec::new();
     for path in args.hgrm.iter().chain(&args.plot) {
-        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+        let existed = path.exists();
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .with_context(|| format!("cannot write {}", path.display()));
+        if !existed && opened.is_ok() {
+            made.push(path.clone());
+        }
+        if let Err(e) = opened {
+            remove_made(&made);
+            return Err(e);
+        }
     }
+    let result = run_checked(&args);
+    if result.is_err() {
+        remove_made(&made);
+    }
+    result
+}
+
+/// Removes the output files a failed run made (best effort: the run's own
+/// error is the one reported).
+fn remove_made(made: &[PathBuf]) {
+    for path in made {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// The run itself, once [`run`] has checked the options and the output paths.
+fn run_checked(args: &LoadgenArgs) -> Result<()> {
     let target = resolve(&args.target)?;
     let total = (args.rate * args.duration).round() as u64;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -782,7 +815,7 @@ pub fn run(args: LoadgenArgs) -> Result<()> {
             args.ws_subscribers
         );
     }
-    let (elapsed, intervals, unfinished) = runtime.block_on(drive(shared.clone(), &args, total))?;
+    let (elapsed, intervals, unfinished) = runtime.block_on(drive(shared.clone(), args, total))?;
     let ws = subscribers.finish();
     drop(runtime);
 

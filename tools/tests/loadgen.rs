@@ -311,3 +311,37 @@ fn options_that_would_spoil_a_run_are_refused_before_it() {
         assert!(!png.exists(), "a file made for a refused plot");
     }
 }
+
+/// A run that fails after its options were accepted (here: no venue at
+/// the target) leaves no output file it made, and an output file that was
+/// there before as it was: nothing that looks like a run's results.
+#[test]
+fn a_failed_run_leaves_no_output_file_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let hgrm = dir.path().join("run.hgrm");
+    let plot = dir.path().join("run.svg");
+    std::fs::write(&plot, "an earlier run's plot").unwrap();
+    let (ok, out, err) = loadgen(&[
+        "--target",
+        "http://127.0.0.1:9",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--accounts",
+        "1",
+        "--rate",
+        "1",
+        "--duration",
+        "1",
+        "--hgrm",
+        hgrm.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(!ok, "a run with no venue succeeded: {out}");
+    assert!(err.contains("connecting to"), "{err}");
+    assert!(!hgrm.exists(), "the failed run left an empty .hgrm");
+    assert_eq!(
+        std::fs::read_to_string(&plot).unwrap(),
+        "an earlier run's plot"
+    );
+}
