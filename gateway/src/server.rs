@@ -73,7 +73,8 @@ fn in_use_hint(error: &std::io::Error) -> &'static str {
     }
 }
 
-/// For damage that only a cut can get past: the option that cuts.
+/// For damage that only a cut (or, for a segment cut after its seal, a
+/// repair) can get past: the option that does it.
 fn truncate_hint(e: &replay::NodeError) -> &'static str {
     use journal::JournalError as J;
     use replay::{NodeError as N, ReplayError as R};
@@ -87,11 +88,16 @@ fn truncate_hint(e: &replay::NodeError) -> &'static str {
         )
     };
     match e {
+        N::Journal(J::CutAfterSeal { .. }) | N::Replay(R::Journal(J::CutAfterSeal { .. })) => {
+            SEAL_HINT
+        }
         N::Journal(j) | N::Replay(R::Journal(j)) if damage(j) => TRUNCATE_HINT,
         N::SnapshotAhead { .. } => TRUNCATE_HINT,
         _ => "",
     }
 }
+
+const SEAL_HINT: &str = ". To make the file whole again, losing nothing, start with --truncate-corrupt-journal (or truncate_corrupt_journal = true in the configuration); keep a copy of the data directory first";
 
 const TRUNCATE_HINT: &str = ". To continue from the journal as it can be read, cutting it at the damage and setting aside snapshots past the cut (their commands are lost), start with --truncate-corrupt-journal (or truncate_corrupt_journal = true in the configuration); keep a copy of the data directory first";
 
@@ -300,12 +306,21 @@ impl Server {
                 .map_or(String::new(), |s| format!(" after snapshot {s}")),
         );
         tracing::info!("{open_report}");
-        if let Some(cut) = report
-            .recovery
-            .truncated_tail
-            .as_ref()
-            .filter(|t| t.kind != journal::ProblemKind::TornTail)
-        {
+        let cut = report.recovery.truncated_tail.as_ref();
+        if let Some(whole) = cut.filter(|t| t.kind == journal::ProblemKind::CutAfterSeal) {
+            tracing::warn!(
+                "journal segment {} was cut short after its seal at byte offset {} ({}); \
+                 written back to its full length (--truncate-corrupt-journal): no record was lost; \
+                 the journal ends at seq {}",
+                whole.segment.display(),
+                whole.offset,
+                whole.reason,
+                report
+                    .recovery
+                    .last_seq
+                    .map_or_else(|| "none".to_string(), |s| s.to_string()),
+            );
+        } else if let Some(cut) = cut.filter(|t| t.kind != journal::ProblemKind::TornTail) {
             // Not a crash's leftover: acknowledged commands may be gone.
             // A cut at offset 0 removes the damaged segment itself.
             let removed: Vec<String> = cut

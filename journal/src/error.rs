@@ -33,6 +33,20 @@ pub enum JournalError {
         reason: String,
     },
 
+    /// A sealed segment file shorter than its header says, cut after its
+    /// seal: every record of it is whole. Nothing changed; opening with
+    /// `truncate_on_corruption` writes it back to its full length, losing
+    /// nothing.
+    #[error(
+        "journal segment {} is cut short after its seal, at byte offset {offset} ({reason}); every record of it is whole",
+        segment.display()
+    )]
+    CutAfterSeal {
+        segment: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+
     /// The last record looks torn, but cutting it would drop records known
     /// to be acknowledged: damage, not a crash's leftover. Nothing changed.
     #[error(
@@ -96,6 +110,7 @@ impl JournalError {
         matches!(
             self,
             JournalError::Corrupt { .. }
+                | JournalError::CutAfterSeal { .. }
                 | JournalError::SeqGap { .. }
                 | JournalError::MissingSegment { .. }
         )

@@ -27,6 +27,11 @@ pub enum ProblemKind {
     SeqGap { expected: u64, found: u64 },
     /// A segment index is missing between two present segments.
     MissingSegment,
+    /// A sealed segment file shorter than its header says, cut after its
+    /// seal: every record of it is whole, only the zeros after the seal are
+    /// gone. Readers refuse it; the repair (`truncate_on_corruption`) writes
+    /// the file back to its full length and loses nothing.
+    CutAfterSeal,
 }
 
 /// The first damaged spot of a journal.
@@ -57,6 +62,11 @@ impl Problem {
             ProblemKind::MissingSegment => JournalError::MissingSegment {
                 expected: self.segment.clone(),
                 found: next_present.map(Path::to_path_buf).unwrap_or_default(),
+            },
+            ProblemKind::CutAfterSeal => JournalError::CutAfterSeal {
+                segment: self.segment.clone(),
+                offset: self.offset,
+                reason: self.reason.clone(),
             },
             _ => JournalError::Corrupt {
                 segment: self.segment.clone(),
@@ -349,6 +359,7 @@ fn scan_segment(
                 p.kind = ProblemKind::Corrupt;
                 p.reason = format!("{}; {cut}", p.reason);
             }
+            None if sealed => out.problem = Some(problem(out.end, ProblemKind::CutAfterSeal, cut)),
             None => out.problem = Some(problem(out.end, ProblemKind::Corrupt, cut)),
         }
     }
@@ -480,6 +491,49 @@ fn find_valid_slot(seg: &[u8], from: usize, to: usize) -> Option<usize> {
     None
 }
 
+/// Writes a segment file cut short back to the length its header says
+/// (zeros, every block written); its header, whose checksum holds, says how
+/// long (a size a venue could have made only). Returns the file's length.
+fn fill_to_header(file: &File, path: &Path, len: u64) -> Result<u64, JournalError> {
+    let whole = crate::segment::read_header(path)
+        .map_err(|e| JournalError::Invalid(format!("cannot make {} whole: {e}", path.display())))?
+        .segment_bytes;
+    if len >= whole {
+        return Ok(len);
+    }
+    if !whole.is_multiple_of(crate::writer::SEGMENT_SIZE_UNIT)
+        || whole > crate::writer::SEGMENT_BYTES_MAX
+    {
+        return Err(JournalError::Invalid(format!(
+            "cannot make {} whole: its header says {whole} bytes",
+            path.display()
+        )));
+    }
+    crate::segment::zero_fill(file, path, len, whole)?;
+    Ok(whole)
+}
+
+/// Repairs a segment cut after its seal ([`ProblemKind::CutAfterSeal`]):
+/// writes it back to its full length. No record is dropped.
+pub(crate) fn make_whole(seg: &SegFile) -> Result<(), JournalError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&seg.path)
+        .map_err(|e| {
+            JournalError::io(
+                format!("opening {} to make it whole", seg.path.display()),
+                e,
+            )
+        })?;
+    let len = file
+        .metadata()
+        .map_err(|e| JournalError::io(format!("reading metadata of {}", seg.path.display()), e))?
+        .len();
+    fill_to_header(&file, &seg.path, len)?;
+    Ok(())
+}
+
 /// Cuts the journal at `offset` of `segments[seg_pos]`: zeroes that segment
 /// from `offset` on (or removes it when `offset` is 0) and removes every later
 /// segment. Segments are never shrunk, because a reader may have them mapped
@@ -516,24 +570,9 @@ pub(crate) fn cut(
                 seg.path.display()
             )));
         }
-        // A segment file cut short is made whole again (zeros, every block
-        // written), so that the writer can go on in it; its header, whose
-        // checksum holds, says how long (a sane size only).
-        let whole = crate::segment::read_header(&seg.path)
-            .map_err(|e| JournalError::Invalid(format!("cannot cut {}: {e}", seg.path.display())))?
-            .segment_bytes;
-        if len < whole {
-            if !whole.is_multiple_of(crate::writer::SEGMENT_SIZE_UNIT)
-                || whole > crate::writer::SEGMENT_BYTES_MAX
-            {
-                return Err(JournalError::Invalid(format!(
-                    "cannot make {} whole: its header says {whole} bytes",
-                    seg.path.display()
-                )));
-            }
-            crate::segment::zero_fill(&file, &seg.path, len, whole)?;
-            len = whole;
-        }
+        // A segment file cut short is made whole again, so that the writer
+        // can go on in it.
+        len = fill_to_header(&file, &seg.path, len)?;
         if !len.is_multiple_of(16) {
             return Err(JournalError::Invalid(format!(
                 "cannot cut {}: its length {len} is not a multiple of 16",

@@ -337,6 +337,30 @@ impl Journal {
 
         let mut found = scan(&dir)?;
         let mut truncated_tail = None;
+        // A segment cut after its seal loses nothing when it is made whole
+        // again, and the scan then goes on past it (a later segment may
+        // hold the same damage, or other).
+        while let Some(f) = found.problem.take_if(|f| {
+            truncate_on_corruption && f.problem.kind == crate::scan::ProblemKind::CutAfterSeal
+        }) {
+            crate::scan::make_whole(&found.segments[f.seg_pos])?;
+            let again = scan(&dir)?;
+            if again.problem.as_ref().is_some_and(|g| {
+                g.problem.kind == f.problem.kind && g.problem.segment == f.problem.segment
+            }) {
+                return Err(f.problem.to_error(None));
+            }
+            found = again;
+            truncated_tail = Some(TailCut {
+                segment: f.problem.segment,
+                segment_index: f.problem.segment_index,
+                offset: f.problem.offset,
+                bytes_dropped: 0,
+                segments_removed: Vec::new(),
+                kind: f.problem.kind,
+                reason: f.problem.reason,
+            });
+        }
         if let Some(f) = found.problem.take() {
             let is_torn = f.problem.kind == crate::scan::ProblemKind::TornTail;
             if !is_torn && !truncate_on_corruption {

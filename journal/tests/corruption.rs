@@ -321,9 +321,10 @@ fn a_segment_file_cut_short_keeps_its_whole_records() {
 
 /// A middle segment cut after its seal (every record whole): readers
 /// refuse a file shorter than its header says, so it is damage too, named
-/// at the seal; the cut keeps every record of the segment.
+/// at the seal, of its own kind; the repair writes the file back to its
+/// length and loses nothing, the later segments included (it cut them).
 #[test]
-fn a_segment_cut_after_its_seal_is_damage_named_at_the_seal() {
+fn a_segment_cut_after_its_seal_is_made_whole_losing_nothing() {
     let (dir, recs) = setup();
     // A sealed segment with room after its seal for a cut.
     let (segment, last, seal) = (0..recs.last().unwrap().segment)
@@ -341,11 +342,76 @@ fn a_segment_cut_after_its_seal_is_damage_named_at_the_seal() {
     let report = journal::verify(dir.path()).unwrap();
     let p = report.problem.clone().expect("a problem");
     assert_eq!((p.segment_index, p.offset), (segment, seal), "{p:?}");
+    assert_eq!(p.kind, ProblemKind::CutAfterSeal);
     assert!(p.reason.contains("after its seal"), "{}", p.reason);
-    assert!(Journal::open(config(dir.path(), SEG)).is_err());
+    assert_eq!(report.last_seq, Some(last.seq), "{report:?}");
+    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+        JournalError::CutAfterSeal {
+            segment: at,
+            offset,
+            ..
+        } => {
+            assert_eq!((at, offset), (path.clone(), seal));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        fs::metadata(&path).unwrap().len(),
+        cut_len,
+        "nothing changed"
+    );
+    let segments = segment_count(dir.path());
     let (j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
-    assert_eq!(rec.last_seq, Some(last.seq));
-    goes_on(dir.path(), j, last.seq + 1, last.seq + 20);
+    let n = recs.last().unwrap().seq;
+    assert_eq!(rec.last_seq, Some(n), "every record kept");
+    let t = rec.truncated_tail.unwrap();
+    assert_eq!(
+        (t.kind, t.segment_index, t.offset),
+        (ProblemKind::CutAfterSeal, segment, seal)
+    );
+    assert_eq!((t.bytes_dropped, t.segments_removed.len()), (0, 0));
+    assert_eq!(fs::metadata(&path).unwrap().len(), SEG, "made whole");
+    assert_eq!(segment_count(dir.path()), segments);
+    goes_on(dir.path(), j, n + 1, n + 20);
+}
+
+/// Two segments cut after their seals, and the last one cut in a record:
+/// the repair makes both whole and cuts the last at its damage only.
+#[test]
+fn segments_cut_after_their_seals_and_damage_after_them_are_each_repaired() {
+    let (dir, recs) = setup();
+    let last_segment = recs.last().unwrap().segment;
+    let sealed: Vec<(u64, u64)> = (0..last_segment)
+        .filter_map(|segment| {
+            let last = recs.iter().rfind(|r| r.segment == segment)?;
+            let seal = last.offset
+                + (format::RECORD_HEADER_LEN + last.payload.len())
+                    .next_multiple_of(format::RECORD_ALIGN) as u64;
+            (seal + 64 < SEG).then_some((segment, seal))
+        })
+        .take(2)
+        .collect();
+    assert_eq!(sealed.len(), 2, "two segments with room after their seals");
+    for &(segment, seal) in &sealed {
+        cut_file(&seg_path(dir.path(), segment), seal + 48);
+    }
+    let in_last: Vec<&Owned> = recs.iter().filter(|r| r.segment == last_segment).collect();
+    let victim = in_last[in_last.len() / 2];
+    cut_file(&seg_path(dir.path(), last_segment), victim.offset + 37);
+    let (j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
+    assert_eq!(rec.last_seq, Some(victim.seq - 1));
+    let t = rec.truncated_tail.unwrap();
+    assert_eq!(
+        (t.kind, t.segment_index, t.offset),
+        (ProblemKind::Corrupt, last_segment, victim.offset)
+    );
+    for &(segment, _) in &sealed {
+        assert_eq!(
+            fs::metadata(seg_path(dir.path(), segment)).unwrap().len(),
+            SEG
+        );
+    }
+    goes_on(dir.path(), j, victim.seq, victim.seq + 20);
 }
 
 #[test]

@@ -84,6 +84,7 @@ enum JournalCommand {
         /// Width of the rate buckets: 10s, 1m, 1h, ...
         #[arg(long, default_value = "1m", value_parser = parse_duration_ms)]
         bucket: u64,
+        /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -95,6 +96,7 @@ enum JournalCommand {
         /// Only the byte-level check (no decoding of payloads).
         #[arg(long)]
         bytes_only: bool,
+        /// Print one JSON object (`ok`, counts, the problem) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -743,6 +745,7 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
             ProblemKind::BadSegmentHeader => "bad segment header",
             ProblemKind::SeqGap { .. } => "sequence gap",
             ProblemKind::MissingSegment => "missing segment",
+            ProblemKind::CutAfterSeal => "segment cut after its seal",
         };
         let good = match (report.first_seq, report.last_seq) {
             (Some(a), Some(b)) => format!(
@@ -751,10 +754,10 @@ fn verify(source: &Source, bytes_only: bool, json: bool) -> Result<()> {
             ),
             _ => "no valid record before it".into(),
         };
-        let note = if p.kind == ProblemKind::TornTail {
-            "; the next open cuts it off, unless a snapshot holds it (then it is damage: start-up refuses) (on a journal being written this can also be a record still in flight)"
-        } else {
-            ""
+        let note = match p.kind {
+            ProblemKind::TornTail => "; the next open cuts it off, unless a snapshot holds it (then it is damage: start-up refuses) (on a journal being written this can also be a record still in flight)",
+            ProblemKind::CutAfterSeal => "; every record of that segment is whole: start-up refuses it, and --truncate-corrupt-journal writes the file back to its full length, losing nothing",
+            _ => "",
         };
         if json {
             println!(

@@ -265,6 +265,64 @@ fn a_tail_that_never_reached_the_disk_is_either_dropped_or_refused_by_place() {
     );
 }
 
+/// A middle segment file cut after its seal (by a copy that stopped short,
+/// say): every record is whole. Start-up refuses, names the segment and says
+/// the repair loses nothing; with `--truncate-corrupt-journal` the file is
+/// written back to its length and the venue starts with every command,
+/// the later segments' too (the repair used to cut them).
+#[test]
+fn a_segment_cut_after_its_seal_is_made_whole_with_every_command() {
+    let work = work();
+    let data = work.data("cut-after-seal");
+    // 128 KiB segments: the orders' records (192 bytes each) leave room for
+    // a seal and after it (64 KiB ones fill a segment exactly).
+    let written = Offline {
+        segment_bytes: 128 * 1024,
+        orders: 2_500,
+        ..Offline::default()
+    }
+    .write(&data);
+    let journal = data.join("journal");
+    let all = segments(&journal);
+    assert!(all.len() >= 3, "{} segments", all.len());
+    let (segment, seal) = all[..all.len() - 1]
+        .iter()
+        .find_map(|seg| {
+            let last = *records(seg).last()?;
+            let seal = last.offset + last.total;
+            let len = std::fs::metadata(seg).expect("metadata").len() as usize;
+            (seal + RECORD_HEADER_LEN < len).then_some((seg.clone(), seal))
+        })
+        .expect("a sealed segment with room after its seal");
+    let len = std::fs::metadata(&segment).expect("metadata").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .expect("open")
+        .set_len((seal + RECORD_HEADER_LEN) as u64)
+        .expect("cut");
+    let stderr = refuses(&work, &data);
+    let offset = format!("byte offset {seal}");
+    for part in [
+        file_name(&segment).as_str(),
+        offset.as_str(),
+        "losing nothing",
+    ] {
+        assert!(stderr.contains(part), "the refusal names {part}: {stderr}");
+    }
+    verify_names(&data, &[&file_name(&segment), "after its seal"]);
+    let mut serve = work.launch(&data).arg("--truncate-corrupt-journal").start();
+    let log = serve.stderr.text();
+    assert!(serve.sigterm().success());
+    assert_eq!(std::fs::metadata(&segment).expect("metadata").len(), len);
+    assert_eq!(segments(&journal).len(), all.len(), "no segment removed");
+    assert!(
+        log.contains("no record was lost") || serve.stderr.text().contains("no record was lost"),
+        "{log}"
+    );
+    starts_and_keeps_everything(&work, &data, &written);
+}
+
 #[test]
 fn a_flipped_bit_mid_log_stops_start_up_naming_segment_and_offset() {
     let work = work();
