@@ -46,41 +46,77 @@ enum AdminCommand {
 enum AccountCommand {
     /// Opens an account; prints its id.
     Create {
+        /// Cash to start with (dollars, up to two decimals).
         #[arg(long, default_value = "0")]
         cash: String,
     },
     /// Adds cash (dollars, up to two decimals).
-    Deposit { account: u32, amount: String },
+    Deposit {
+        /// The account's id.
+        account: u32,
+        /// Dollars, up to two decimals.
+        amount: String,
+    },
     /// Takes cash out, from buying power only (not what orders hold).
-    Withdraw { account: u32, amount: String },
+    Withdraw {
+        /// The account's id.
+        account: u32,
+        /// Dollars, up to two decimals.
+        amount: String,
+    },
     /// Records that the account accepted the Terms of Service (needed to buy).
-    AcceptTerms { account: u32 },
+    AcceptTerms {
+        /// The account's id.
+        account: u32,
+    },
     /// Allows trading on the account's wallet (needed to buy).
-    AllowTrading { account: u32 },
+    AllowTrading {
+        /// The account's id.
+        account: u32,
+    },
     /// Refuses the account's keys (cancels too) and cancels its resting
     /// orders.
-    Suspend { account: u32 },
+    Suspend {
+        /// The account's id.
+        account: u32,
+    },
     /// Lets the account's keys in again (its cancelled orders stay
     /// cancelled).
-    Unsuspend { account: u32 },
+    Unsuspend {
+        /// The account's id.
+        account: u32,
+    },
     /// Shows cash, holds and flags.
-    Show { account: u32 },
+    Show {
+        /// The account's id.
+        account: u32,
+    },
     /// Sets the account's cap on the amount at risk across open windows
     /// (dollars), or with `default` goes back to the venue's
     /// `account_risk_cap_usd`.
-    RiskCap { account: u32, usd: String },
+    RiskCap {
+        /// The account's id.
+        account: u32,
+        /// Dollars, up to two decimals, or `default`.
+        usd: String,
+    },
 }
 
 #[derive(Subcommand)]
 enum KeyCommand {
     /// Issues a key; prints it once.
     Issue {
+        /// The account the key acts for.
         #[arg(long)]
         account: u32,
+        /// `read`, `trade` or `read,trade`.
         #[arg(long, default_value = "read")]
         scopes: String,
+        /// `live` or `test`: the key's environment (the venue's own when
+        /// left out; a key of the other one is refused with 401).
         #[arg(long)]
         env: Option<String>,
+        /// A name to tell keys apart in `key list`.
         #[arg(long, default_value = "")]
         name: String,
         #[command(flatten)]
@@ -88,21 +124,28 @@ enum KeyCommand {
         /// An allowed address; repeat for more (at most 10).
         #[arg(long = "ip")]
         ips: Vec<String>,
+        /// Days until the key stops working by itself (1 to 365; never
+        /// when left out).
         #[arg(long)]
         expires_days: Option<u32>,
     },
     /// Revokes a key at once (its resting orders stay on the book).
-    Revoke { key_id: String },
+    Revoke {
+        /// The key's id (`key list` shows it; never the secret).
+        key_id: String,
+    },
     /// Replaces a key's limits with those given. A limit left out is none,
     /// but a trade key always has both dollar limits: one left out is the
     /// default, $20 an order or $500 a day.
     Limits {
+        /// The key's id (`key list` shows it).
         key_id: String,
         #[command(flatten)]
         limits: LimitArgs,
     },
     /// Lists keys (never a secret).
     List {
+        /// Only this account's keys.
         #[arg(long)]
         account: Option<u32>,
     },
@@ -111,10 +154,15 @@ enum KeyCommand {
 /// A key's limits, as `key issue` and `key limits` take them.
 #[derive(Args)]
 struct LimitArgs {
+    /// Largest order in dollars: price times count (a sell at the prices
+    /// it would fill at); $20 for a trade key when left out.
     #[arg(long, value_parser = usd)]
     max_order_usd: Option<String>,
+    /// Most the key's orders may add up to in a UTC day, counted as an
+    /// order is, in dollars; $500 for a trade key when left out.
     #[arg(long, value_parser = usd)]
     max_daily_usd: Option<String>,
+    /// Most resting orders the key may have in one market.
     #[arg(long)]
     max_open_orders: Option<u32>,
     /// Series the key may trade, comma separated.

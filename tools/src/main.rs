@@ -63,13 +63,16 @@ enum Top {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Public REST address (overrides the config file).
+    /// Public REST address (overrides the config file; 127.0.0.1:8080 when
+    /// neither gives one).
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
-    /// Admin address (overrides the config file); loopback by default.
+    /// Admin address (overrides the config file; 127.0.0.1:8081 when neither
+    /// gives one). Keep it on loopback.
     #[arg(long)]
     admin_listen: Option<std::net::SocketAddr>,
-    /// Data directory: journal, snapshots, admin token.
+    /// Data directory: journal, snapshots, history, admin token (overrides
+    /// the config file; ./updown-data when neither gives one).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// TOML configuration file.
