@@ -175,12 +175,22 @@ impl Sim {
             } else {
                 usd(1_000_000) as i64
             };
+            let list_ahead = rng.range(1, 3) as u32;
+            let taker_fee_bps = *rng.pick(&[700u32, 700, 500, 1000]);
+            // One series charges makers more than takers, so holds by the
+            // larger rate are the maker's there (the draws stay as they
+            // were, so other seeds' flows do not move).
+            let maker_fee_bps = if i == 2 {
+                taker_fee_bps + 500
+            } else {
+                maker_fee_bps
+            };
             series.push(SeriesConfig {
                 ticker: format!("{stem}-{minutes}m"),
                 symbol: symbol.to_string(),
                 window_ms: minutes * 60_000,
-                list_ahead: rng.range(1, 3) as u32,
-                taker_fee_bps: *rng.pick(&[700u32, 700, 500, 1000]),
+                list_ahead,
+                taker_fee_bps,
                 maker_fee_bps,
                 market_cap_cents,
             });

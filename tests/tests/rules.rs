@@ -1832,3 +1832,207 @@ fn the_rest_book_query_matches_the_checksum_of_the_last_delta() {
         ErrorCode::MarketNotFound
     );
 }
+
+// ----- boundaries the mutation audit found untested (sixteenth session) -----
+
+/// DESIGN §2: a buy holds its price plus the larger of the two fee rates'
+/// most, so a series whose maker fee is above its taker fee holds by the
+/// maker's, and a resting buy filled as maker can always pay its fee.
+#[test]
+fn a_resting_buy_holds_the_maker_fee_when_it_is_the_larger() {
+    let mut v = Venue::with_series(SeriesConfig {
+        ticker: "maker".into(),
+        symbol: SYMBOL.into(),
+        window_ms: WINDOW_MS,
+        list_ahead: 1,
+        taker_fee_bps: 100,
+        maker_fee_bps: 1_000,
+        market_cap_cents: 1_000_000_00,
+    });
+    let market = v.open_market("maker");
+    // Exactly what the hold asks: 10 x (0.50 + ceil(0.10 x 0.50 x 0.50)).
+    let (maker, taker) = (v.trader(5_30), v.trader(100_00));
+    let order = v.order_on(market, "buy up 0.50 x10");
+    let resting = v.place_order(maker, order).unwrap();
+    assert_eq!(resting.hold, 10 * (50 + 3));
+    assert_eq!(v.buying_power(maker), 0);
+    let order = v.order_on(market, "buy down 0.50 x10");
+    v.place_order(taker, order).unwrap();
+    let filled = *v.state.order(resting.id).unwrap();
+    assert_eq!((filled.status, filled.fees), (OrderStatus::Executed, 25));
+    // ceil(0.10 x 10 x 0.50 x 0.50) = 0.25 as maker; the hold covered it.
+    assert_eq!(v.cash(maker), 5_30 - 5_00 - 25);
+    assert_eq!(v.state.account(maker.account).unwrap().held, 0);
+}
+
+/// SPEC Limits: max open orders counts orders that rest. An IOC never
+/// rests, so a key at its max still sends them, filled in part or not at
+/// all.
+#[test]
+fn an_ioc_is_not_counted_against_max_open_orders() {
+    let mut v = Venue::new();
+    let account = v.account(1_000_00);
+    let key = v.key(
+        account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        KeyLimits {
+            max_open_orders: Some(1),
+            ..big_limits()
+        },
+    );
+    let t = Trader { account, key };
+    let other = v.trader(100_00);
+    v.place(t, "buy up 0.20 x1").unwrap();
+    let m = v.refused(t, "buy up 0.21 x1", ErrorCode::LimitExceeded);
+    assert!(m.contains("max open orders"), "{m}");
+    let none = v.place(t, "buy up 0.30 x5 ioc").unwrap();
+    assert_eq!((none.status, none.filled), (OrderStatus::Canceled, 0));
+    v.place(other, "buy down 0.60 x2").unwrap();
+    let part = v.place(t, "buy up 0.40 x5 ioc").unwrap();
+    assert_eq!((part.status, part.filled), (OrderStatus::Canceled, 2));
+}
+
+/// SPEC Limits, layer 2: an order is refused when it would take the
+/// amount at risk past the cap; one that reaches the cap exactly is taken.
+#[test]
+fn an_order_that_reaches_the_account_cap_exactly_is_accepted() {
+    let mut v = Venue::new();
+    let a = v.trader(100_000_00);
+    v.ok(Command::SetAccountRiskCap {
+        account: a.account,
+        cents: Some(10_00),
+    });
+    // 20 x (0.48 + 0.02) = 10.00, the cap.
+    let order = v.place(a, "buy up 0.48 x20").unwrap();
+    assert_eq!(order.hold, 10_00);
+    let m = v.refused(a, "buy up 0.01 x1", ErrorCode::LimitExceeded);
+    assert!(m.contains("Account limit"), "{m}");
+}
+
+/// SPEC idempotency rule 2: a client_order_id sent again with any field
+/// changed is a conflict, each field on its own; the same order sent again
+/// returns the first, even once its market has closed.
+#[test]
+fn every_field_of_a_retried_order_is_compared_and_a_retry_outlives_the_close() {
+    let mut v = Venue::new();
+    let a = v.trader(100_00);
+    let first = v.place(a, "buy up 0.30 x2 gtc id=same").unwrap();
+    for changed in [
+        "buy down 0.30 x2 gtc id=same",
+        "sell up 0.30 x2 gtc id=same",
+        "buy up 0.31 x2 gtc id=same",
+        "buy up 0.30 x3 gtc id=same",
+        "buy up 0.30 x2 ioc id=same",
+        "buy up 0.30 x2 gtc post_only id=same",
+    ] {
+        v.refused(a, changed, ErrorCode::IdempotencyConflict);
+    }
+    let next = v.state.series_by_ticker(SERIES).unwrap().markets[1];
+    let mut elsewhere = v.order("buy up 0.30 x2 gtc id=same");
+    elsewhere.market = next;
+    let reject = v.place_order(a, elsewhere).unwrap_err();
+    assert_eq!(reject.code, ErrorCode::IdempotencyConflict);
+
+    // The window closes (the order is cancelled with it); the retry still
+    // gets the order, not MARKET_NOT_OPEN.
+    v.advance(WINDOW_MS);
+    let retry = tests::harness::parse_order(first.market, "buy up 0.30 x2 gtc", "same");
+    let Reply::Order { order, created } = v.run(Command::PlaceOrder {
+        key: a.key,
+        order: retry,
+    }) else {
+        panic!("the retry after the close was refused")
+    };
+    assert!(!created);
+    assert_eq!((order.id, order.status), (first.id, OrderStatus::Canceled));
+}
+
+/// SPEC: a key stops working at its expiry, to the millisecond, and stops
+/// counting towards the five active keys then.
+#[test]
+fn a_key_expires_at_its_expiry_millisecond() {
+    let mut v = Venue::new();
+    let a = v.trader(100_00);
+    let mut new_key = v.new_key(
+        a.account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        big_limits(),
+    );
+    new_key.expires_days = Some(1);
+    let Reply::KeyIssued { key } = v.run(Command::IssueKey(new_key)) else {
+        panic!()
+    };
+    let expires = v.state.keys[key as usize].expires_ts_ms.unwrap();
+    assert_eq!(expires % WINDOW_MS, 0, "the test's windows line up");
+    let expiring = Trader {
+        account: a.account,
+        key,
+    };
+    // Three more keys: five active with the trader's own.
+    for _ in 0..3 {
+        v.key(
+            a.account,
+            Scopes {
+                read: true,
+                trade: false,
+            },
+            KeyLimits::default(),
+        );
+    }
+    v.now = expires - 1_000;
+    v.print(100);
+    v.now = expires - 1;
+    v.place(expiring, "buy up 0.10 x1").unwrap();
+    let sixth = v.new_key(
+        a.account,
+        Scopes {
+            read: true,
+            trade: false,
+        },
+        KeyLimits::default(),
+    );
+    let Reply::Rejected(reject) = v.run(Command::IssueKey(sixth)) else {
+        panic!("a sixth active key was issued")
+    };
+    assert!(reject.message.contains("5"), "{}", reject.message);
+    v.now = expires;
+    assert_eq!(
+        v.refused(expiring, "buy up 0.10 x1", ErrorCode::Unauthorized),
+        "This API key has expired."
+    );
+    let sixth = v.new_key(
+        a.account,
+        Scopes {
+            read: true,
+            trade: false,
+        },
+        KeyLimits::default(),
+    );
+    assert!(matches!(
+        v.run(Command::IssueKey(sixth)),
+        Reply::KeyIssued { .. }
+    ));
+}
+
+/// DESIGN §2: the price to beat is the last print at or before the open:
+/// a print stamped exactly at the open is it.
+#[test]
+fn a_print_exactly_at_the_open_is_the_price_to_beat() {
+    let mut v = Venue::empty();
+    list_unpriced_series(&mut v, "exact", 1);
+    let next = v.state.series_by_ticker("exact").unwrap().markets[1] as usize;
+    let open = v.state.markets[next].open_ts_ms;
+    for (dollars, t_ms) in [(99, open - 1), (100, open), (101, open + 1)] {
+        v.now = t_ms;
+        v.ok(Venue::print_of("AAPL", dollars, t_ms));
+    }
+    let market = &v.state.markets[next];
+    assert_eq!(market.status, MarketStatus::Open);
+    assert_eq!(market.price_to_beat_e8, Some(100 * 100_000_000));
+}
