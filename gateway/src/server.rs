@@ -282,13 +282,14 @@ impl Server {
         // After the journal's lock: a second start on a running venue's
         // directory must not write a token the running one does not know.
         let token = admin_token(&config.data_dir)?;
+        let last_seq = report
+            .recovery
+            .last_seq
+            .map_or_else(|| "none".to_string(), |s| s.to_string());
         let open_report = format!(
             "journal: {} records, last seq {}{}; replayed {} commands{}",
             report.recovery.records,
-            report
-                .recovery
-                .last_seq
-                .map_or_else(|| "none".to_string(), |s| s.to_string()),
+            last_seq,
             report
                 .recovery
                 .truncated_tail
@@ -315,10 +316,7 @@ impl Server {
                 whole.segment.display(),
                 whole.offset,
                 whole.reason,
-                report
-                    .recovery
-                    .last_seq
-                    .map_or_else(|| "none".to_string(), |s| s.to_string()),
+                last_seq,
             );
         } else if let Some(cut) = cut.filter(|t| t.kind != journal::ProblemKind::TornTail) {
             // Not a crash's leftover: acknowledged commands may be gone.
@@ -343,10 +341,7 @@ impl Server {
                 cut.reason,
                 removed.len(),
                 removed.join(", "),
-                report
-                    .recovery
-                    .last_seq
-                    .map_or_else(|| "none".to_string(), |s| s.to_string()),
+                last_seq,
             );
         }
         for stale in &report.stale_snapshots {
