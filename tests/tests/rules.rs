@@ -9,7 +9,7 @@ use sequencer::command::{AccountFlag, SeriesConfig, VenueConfig};
 use sequencer::event::{Event, Phase};
 use sequencer::query::OrderFilter;
 use sequencer::types::{
-    ClientOrderId, Environment, KeyLimits, MarketStatus, OrderStatus, Outcome, Scopes,
+    AccountId, ClientOrderId, Environment, KeyLimits, MarketStatus, OrderStatus, Outcome, Scopes,
 };
 use sequencer::{Command, ErrorCode, Reply};
 use tests::harness::{big_limits, Trader, Venue, SERIES, SYMBOL, T0, WINDOW_MS};
@@ -808,22 +808,7 @@ fn keys_are_refused_when_revoked_expired_suspended_or_of_the_other_environment()
         "This API key has been revoked."
     );
 
-    let mut new_key = v.new_key(
-        a.account,
-        Scopes {
-            read: true,
-            trade: true,
-        },
-        big_limits(),
-    );
-    new_key.expires_days = Some(1);
-    let Reply::KeyIssued { key } = v.run(Command::IssueKey(new_key)) else {
-        panic!()
-    };
-    let expiring = tests::harness::Trader {
-        account: a.account,
-        key,
-    };
+    let expiring = day_key(&mut v, a.account);
     v.place(expiring, "buy up 0.10 x1").unwrap();
     // A day on (and 1 ms, so that the print is after the open of the
     // window then current, which opens on it).
@@ -1956,24 +1941,9 @@ fn every_field_of_a_retried_order_is_compared_and_a_retry_outlives_the_close() {
 fn a_key_expires_at_its_expiry_millisecond() {
     let mut v = Venue::new();
     let a = v.trader(100_00);
-    let mut new_key = v.new_key(
-        a.account,
-        Scopes {
-            read: true,
-            trade: true,
-        },
-        big_limits(),
-    );
-    new_key.expires_days = Some(1);
-    let Reply::KeyIssued { key } = v.run(Command::IssueKey(new_key)) else {
-        panic!()
-    };
-    let expires = v.state.keys[key as usize].expires_ts_ms.unwrap();
+    let expiring = day_key(&mut v, a.account);
+    let expires = v.state.keys[expiring.key as usize].expires_ts_ms.unwrap();
     assert_eq!(expires % WINDOW_MS, 0, "the test's windows line up");
-    let expiring = Trader {
-        account: a.account,
-        key,
-    };
     // Three more keys: five active with the trader's own.
     for _ in 0..3 {
         v.key(
@@ -2035,4 +2005,21 @@ fn a_print_exactly_at_the_open_is_the_price_to_beat() {
     let market = &v.state.markets[next];
     assert_eq!(market.status, MarketStatus::Open);
     assert_eq!(market.price_to_beat_e8, Some(100 * 100_000_000));
+}
+
+/// A second trading key for `account` that expires a day after it is issued.
+fn day_key(v: &mut Venue, account: AccountId) -> Trader {
+    let mut new_key = v.new_key(
+        account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        big_limits(),
+    );
+    new_key.expires_days = Some(1);
+    let Reply::KeyIssued { key } = v.run(Command::IssueKey(new_key)) else {
+        panic!("the key was refused")
+    };
+    Trader { account, key }
 }
