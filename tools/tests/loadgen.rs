@@ -271,6 +271,22 @@ fn requests_a_stalled_venue_never_answers_count_in_the_latency() {
     );
 }
 
+/// A one-second run of one account against a port where no venue listens.
+fn no_venue_args(data_dir: &std::path::Path) -> Vec<&str> {
+    vec![
+        "--target",
+        "http://127.0.0.1:9",
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--accounts",
+        "1",
+        "--rate",
+        "1",
+        "--duration",
+        "1",
+    ]
+}
+
 /// Options that would spoil a run are refused before anything is sent:
 /// an output file that cannot be written (the run's results would be lost
 /// at its end), a plot that is not SVG, no connection, orders of no
@@ -288,18 +304,7 @@ fn options_that_would_spoil_a_run_are_refused_before_it() {
         (vec!["--watch-pid", "4000000000"], "--watch-pid"),
     ];
     for (extra, says) in cases {
-        let mut args = vec![
-            "--target",
-            "http://127.0.0.1:9",
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-            "--accounts",
-            "1",
-            "--rate",
-            "1",
-            "--duration",
-            "1",
-        ];
+        let mut args = no_venue_args(dir.path());
         args.extend(extra.iter().copied());
         let (ok, out, err) = loadgen(&args);
         assert!(!ok, "{extra:?} accepted: {out}");
@@ -321,22 +326,10 @@ fn a_failed_run_leaves_no_output_file_of_its_own() {
     let hgrm = dir.path().join("run.hgrm");
     let plot = dir.path().join("run.svg");
     std::fs::write(&plot, "an earlier run's plot").unwrap();
-    let (ok, out, err) = loadgen(&[
-        "--target",
-        "http://127.0.0.1:9",
-        "--data-dir",
-        dir.path().to_str().unwrap(),
-        "--accounts",
-        "1",
-        "--rate",
-        "1",
-        "--duration",
-        "1",
-        "--hgrm",
-        hgrm.to_str().unwrap(),
-        "--plot",
-        plot.to_str().unwrap(),
-    ]);
+    let mut args = no_venue_args(dir.path());
+    args.extend(["--hgrm", hgrm.to_str().unwrap()]);
+    args.extend(["--plot", plot.to_str().unwrap()]);
+    let (ok, out, err) = loadgen(&args);
     assert!(!ok, "a run with no venue succeeded: {out}");
     assert!(err.contains("connecting to"), "{err}");
     assert!(!hgrm.exists(), "the failed run left an empty .hgrm");
