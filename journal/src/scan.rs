@@ -516,22 +516,24 @@ fn fill_to_header(file: &File, path: &Path, len: u64) -> Result<u64, JournalErro
 /// Repairs a segment cut after its seal ([`ProblemKind::CutAfterSeal`]):
 /// writes it back to its full length. No record is dropped.
 pub(crate) fn make_whole(seg: &SegFile) -> Result<(), JournalError> {
+    let (file, len) = open_to_repair(&seg.path, "make it whole")?;
+    fill_to_header(&file, &seg.path, len)?;
+    Ok(())
+}
+
+/// Opens a segment for a repair (`what` names it in the error) and
+/// measures it.
+fn open_to_repair(path: &Path, what: &str) -> Result<(File, u64), JournalError> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
-        .open(&seg.path)
-        .map_err(|e| {
-            JournalError::io(
-                format!("opening {} to make it whole", seg.path.display()),
-                e,
-            )
-        })?;
+        .open(path)
+        .map_err(|e| JournalError::io(format!("opening {} to {what}", path.display()), e))?;
     let len = file
         .metadata()
-        .map_err(|e| JournalError::io(format!("reading metadata of {}", seg.path.display()), e))?
+        .map_err(|e| JournalError::io(format!("reading metadata of {}", path.display()), e))?
         .len();
-    fill_to_header(&file, &seg.path, len)?;
-    Ok(())
+    Ok((file, len))
 }
 
 /// Cuts the journal at `offset` of `segments[seg_pos]`: zeroes that segment
@@ -549,19 +551,7 @@ pub(crate) fn cut(
         seg_pos
     } else {
         let seg = &segments[seg_pos];
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&seg.path)
-            .map_err(|e| {
-                JournalError::io(format!("opening {} to cut it", seg.path.display()), e)
-            })?;
-        let mut len = file
-            .metadata()
-            .map_err(|e| {
-                JournalError::io(format!("reading metadata of {}", seg.path.display()), e)
-            })?
-            .len();
+        let (file, mut len) = open_to_repair(&seg.path, "cut it")?;
         let start = offset as usize;
         if offset < SEGMENT_HEADER_LEN as u64 || !start.is_multiple_of(RECORD_ALIGN) || offset > len
         {
