@@ -1664,6 +1664,9 @@ fn order_not_found_for_unknown_malformed_and_other_accounts_ids() {
         "a%2Fb",
         "18446744073709551616",
         &format!("{mine}x"),
+        // Not the id as issued: ids are written without leading zeros.
+        &format!("0{mine}"),
+        &format!("00{mine}"),
     ] {
         for method in ["GET", "DELETE"] {
             v.call(method, &format!("/portfolio/orders/{id}"), a.key(), None)

@@ -656,7 +656,9 @@ fn order_from_history(
 fn parse_order_id(id: &str) -> Result<u64, ApiError> {
     id.parse::<u64>()
         .ok()
-        .filter(|n| *n > 0 && id.bytes().all(|b| b.is_ascii_digit()))
+        // The id exactly as issued: digits only, no leading zero (`01`
+        // is not order 1's id).
+        .filter(|n| *n > 0 && !id.starts_with('0') && id.bytes().all(|b| b.is_ascii_digit()))
         .ok_or_else(|| {
             ApiError::new(
                 ErrorCode::OrderNotFound,
