@@ -365,10 +365,36 @@ pub type EventSink = Box<dyn FnMut(&State, &[Event]) -> Option<Delivery> + Send>
 /// are in flight (the disk is the bottleneck then, and batches grow).
 const COMMIT_PIPELINE: usize = 8;
 
-/// A token bucket per key for new orders.
+/// A token bucket per key for new orders: it holds up to `burst` orders
+/// and refills `rate` a second.
 struct Bucket {
     tokens: f64,
     last: Instant,
+}
+
+impl Bucket {
+    /// A full bucket.
+    fn full(burst: u32, now: Instant) -> Self {
+        Self {
+            tokens: f64::from(burst.max(1)),
+            last: now,
+        }
+    }
+
+    /// Takes one order at `now`, or says in how many whole seconds one
+    /// will be there (the Retry-After, at least 1).
+    fn take(&mut self, now: Instant, rate: u32, burst: u32) -> Result<(), u64> {
+        let rate = f64::from(rate.max(1));
+        let burst = f64::from(burst.max(1));
+        self.tokens = (self.tokens + now.saturating_duration_since(self.last).as_secs_f64() * rate)
+            .min(burst);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return Ok(());
+        }
+        Err(((1.0 - self.tokens) / rate).ceil().max(1.0) as u64)
+    }
 }
 
 /// The running sequencer thread.
@@ -1087,21 +1113,15 @@ impl Loop {
     }
 
     fn rate_limit(&mut self, key: KeyIdx) -> Result<(), ApiError> {
-        let rate = f64::from(self.settings.orders_per_second.max(1));
-        let burst = f64::from(self.settings.orders_burst.max(1));
+        let (rate, burst) = (self.settings.orders_per_second, self.settings.orders_burst);
         let now = Instant::now();
-        let bucket = self.buckets.entry(key).or_insert(Bucket {
-            tokens: burst,
-            last: now,
-        });
-        bucket.tokens =
-            (bucket.tokens + now.duration_since(bucket.last).as_secs_f64() * rate).min(burst);
-        bucket.last = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
+        let bucket = self
+            .buckets
+            .entry(key)
+            .or_insert_with(|| Bucket::full(burst, now));
+        let Err(wait) = bucket.take(now, rate, burst) else {
             return Ok(());
-        }
-        let wait = ((1.0 - bucket.tokens) / rate).ceil() as u64;
+        };
         self.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
         Err(ApiError::rate_limited(
             format!(
@@ -1159,6 +1179,67 @@ mod tests {
             next_segment_failed: false,
             snapshot_room: true,
             free_space: journal::free_bytes,
+        }
+    }
+
+    /// SPEC: 10 new orders a second per key, bursts of 20, and a 429 says
+    /// when to come back. The bucket at exact times: 20 at once, the 21st
+    /// refused for 1 s (a token is 100 ms away), one more every 100 ms,
+    /// ten (not twenty) a second later, never more than twenty.
+    #[test]
+    fn the_order_bucket_holds_twenty_and_refills_ten_a_second() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut b = Bucket::full(20, t0);
+        for i in 0..20 {
+            assert_eq!(b.take(t0, 10, 20), Ok(()), "order {i} of the burst");
+        }
+        assert_eq!(b.take(t0, 10, 20), Err(1), "the 21st at once");
+        assert_eq!(b.take(ms(99), 10, 20), Err(1), "99 ms on, no whole token");
+        assert_eq!(b.take(ms(100), 10, 20), Ok(()), "one token per 100 ms");
+        assert_eq!(b.take(ms(100), 10, 20), Err(1));
+        // A second on: ten more, and only ten.
+        let placed = (0..20)
+            .take_while(|_| b.take(ms(1_100), 10, 20).is_ok())
+            .count();
+        assert_eq!(placed, 10, "refilled at 10 a second");
+        // Idle for a minute: full again, at twenty.
+        let placed = (0..40)
+            .take_while(|_| b.take(ms(61_100), 10, 20).is_ok())
+            .count();
+        assert_eq!(placed, 20, "the bucket holds at most twenty");
+        // A slow rate: the wait is the time to the next whole token.
+        let mut slow = Bucket::full(1, t0);
+        assert_eq!(slow.take(t0, 1, 1), Ok(()));
+        assert_eq!(slow.take(ms(250), 1, 1), Err(1));
+        let mut slower = Bucket::full(1, t0);
+        assert_eq!(slower.take(t0, 1, 1), Ok(()));
+        // Rates below one a second are not configurable; the bucket
+        // treats 0 as 1 rather than never refilling.
+        assert_eq!(slower.take(ms(1_000), 0, 0), Ok(()));
+    }
+
+    /// The 429 of the loop: RATE_LIMITED after the burst, the limits in
+    /// the message, Retry-After 1, counted on the metric; each key has its
+    /// own bucket.
+    #[test]
+    fn the_loop_refuses_the_twenty_first_new_order_of_a_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut this = test_loop(dir.path());
+        let (k1, k2): (KeyIdx, KeyIdx) = (0, 1);
+        for _ in 0..20 {
+            this.rate_limit(k1).unwrap();
+        }
+        let refused = this.rate_limit(k1).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::RateLimited);
+        assert_eq!(
+            refused.message,
+            "Too many new orders: at most 10 per second per key, bursts of 20."
+        );
+        assert_eq!(refused.retry_after_secs, Some(1));
+        assert_eq!(this.metrics.rate_limited.load(Ordering::Relaxed), 1);
+        for _ in 0..20 {
+            this.rate_limit(k2).expect("another key's own burst");
         }
     }
 
