@@ -218,6 +218,15 @@ impl Client {
 
 // ----- books from snapshot + deltas ---------------------------------------------------
 
+/// A dollar amount as the API writes it ("12.34", "-0.50"), in cents.
+fn dollars_to_cents(text: &str) -> i64 {
+    let (whole, frac) = text.split_once('.').expect("two decimals");
+    assert_eq!(frac.len(), 2, "{text}");
+    let sign = if whole.starts_with('-') { -1 } else { 1 };
+    sign * (whole.trim_start_matches('-').parse::<i64>().unwrap() * 100
+        + frac.parse::<i64>().unwrap())
+}
+
 fn cents(price: &str) -> u8 {
     assert!(is_price(price), "{price}");
     price[2..].parse().expect("cents")
@@ -964,6 +973,16 @@ fn private_channels_need_a_key_and_carry_only_the_accounts_own_events() {
             8,
         );
     }
+    // A private channel beside a public one: the whole command is refused,
+    // and nothing is subscribed.
+    anonymous.cmd_err(
+        5,
+        "subscribe",
+        json!({ "channels": ["ticker", "fill"], "market_tickers": [market] }),
+        8,
+    );
+    let listed = anonymous.cmd(6, "list_subscriptions", json!({}));
+    assert_eq!(listed["msg"]["subscriptions"], json!([]), "{listed}");
     // A refused key: 401 on the upgrade, error 9 on login.
     let (status, body) =
         match try_connect(addr, &[("Authorization", "Bearer tk_test_nokey_secret")]) {
@@ -1022,6 +1041,12 @@ fn private_channels_need_a_key_and_carry_only_the_accounts_own_events() {
                 "balance" => {
                     assert_eq!(v["sid"], json!(sids[3]));
                     assert_eq!(keys(&msg), set(&["cash", "held", "buying_power"]));
+                    let cents = |field: &str| dollars_to_cents(msg[field].as_str().unwrap());
+                    assert_eq!(
+                        cents("buying_power"),
+                        cents("cash") - cents("held"),
+                        "buying power is cash less held: {msg}"
+                    );
                     balances.push(msg);
                 }
                 other => panic!("{other}: {v}"),
@@ -1036,6 +1061,11 @@ fn private_channels_need_a_key_and_carry_only_the_accounts_own_events() {
             orders.iter().all(|o| o["order_id"] == own["order_id"]),
             "{orders:?}"
         );
+        if std::ptr::eq(trader, &alice) {
+            // Alice's buy rested before it traded: her cash was held
+            // (its price and the most fee it could pay).
+            assert!(balances.iter().any(|b| b["held"] != "0.00"), "{balances:?}");
+        }
         // The last of each equals what REST says now.
         let rest_fills = venue.read("/portfolio/fills", trader.key());
         assert_eq!(fills, rest_fills["fills"].as_array().unwrap().clone());
