@@ -1034,6 +1034,7 @@ fn bad_query_parameters_are_refused_naming_the_parameter() {
         ),
         ("GET", "/portfolio/orders?market_ticker=x", "market_ticker"),
         ("GET", "/portfolio/orders?limit=0", "limit"),
+        ("GET", "/portfolio/orders?limit=1001", "limit"),
         ("GET", "/portfolio/orders?colour=red", "colour"),
         (
             "DELETE",
@@ -1050,6 +1051,7 @@ fn bad_query_parameters_are_refused_naming_the_parameter() {
         ("GET", "/portfolio/balance?x=1", "x"),
         ("GET", "/markets?status=live", "status"),
         ("GET", "/markets?limit=0", "limit"),
+        ("GET", "/markets?limit=1001", "limit"),
         ("GET", "/markets?series_ticker=BAD", "series_ticker"),
     ];
     for (method, path, name) in cases {
@@ -1064,10 +1066,17 @@ fn bad_query_parameters_are_refused_naming_the_parameter() {
         .err_says(400, "BAD_REQUEST", &["depth"]);
     v.get(&format!("/markets/{m}/trades?cursor=x"), None)
         .err_says(400, "BAD_REQUEST", &["cursor"]);
-    // The bounds themselves are fine.
+    v.get(&format!("/markets/{m}/trades?limit=1001"), None)
+        .err_says(400, "BAD_REQUEST", &["limit"]);
+    v.get(&format!("/markets/{m}/trades?limit=1000"), None)
+        .ok(200);
+    // The bounds themselves are fine (fills pages hold 500, the other
+    // lists 1,000).
     for path in [
         "/portfolio/fills?limit=1",
         "/portfolio/fills?limit=500",
+        "/portfolio/orders?limit=1000",
+        "/markets?limit=1000",
         "/portfolio/fills?cursor=0",
         // Up to 19 digits (openapi.json), leading zeros included.
         "/portfolio/fills?cursor=0000000000000000042",
