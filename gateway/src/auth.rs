@@ -371,6 +371,29 @@ mod tests {
         lockout.check("127.0.0.8".parse().unwrap()).unwrap();
     }
 
+    /// Failures older than the window are forgotten, and a lockout ends
+    /// after the window. (Only the forgetting is timed: sleeping longer
+    /// than the window can only make it surer.)
+    #[test]
+    fn failures_and_lockouts_expire_after_the_window() {
+        let window = Duration::from_millis(50);
+        let ip: IpAddr = "127.0.0.9".parse().unwrap();
+        let lockout = Lockout::new(3, window);
+        assert!(!lockout.fail(ip));
+        assert!(!lockout.fail(ip));
+        std::thread::sleep(window * 2);
+        assert!(!lockout.fail(ip), "two old failures and a new one");
+        lockout.check(ip).unwrap();
+
+        let strict = Lockout::new(1, window);
+        assert!(strict.fail(ip));
+        // (That it is locked at once is `lockout_after_failures`'s, with a
+        // window no stall of the machine outlasts.)
+        std::thread::sleep(window * 2);
+        strict.check(ip).expect("the lockout ended");
+        assert!(strict.fail(ip), "a failure after it locks anew");
+    }
+
     #[test]
     fn tokens_are_random_and_of_the_alphabet() {
         let a = random_token(32);
