@@ -2114,6 +2114,27 @@ fn repeated_failed_keys_lock_the_address_out_with_429() {
     v.get("/markets", None).ok(200);
 }
 
+/// Only a key that does not exist (or a wrong secret) counts towards the
+/// lockout: a real key refused for what it is (revoked) tests no secret,
+/// nor does a request with no key, and a trader's bot retrying either must
+/// not lock its own host out.
+#[test]
+fn a_revoked_key_refused_again_and_again_does_not_lock_the_address() {
+    let v = Venue::start_with(|c| {
+        c.lockout_failures = 3;
+        c.lockout_secs = 60;
+    });
+    let a = v.trader("100.00");
+    let b = v.trader("100.00");
+    v.revoke(&a.key);
+    for _ in 0..6 {
+        v.get("/account", a.key())
+            .err_msg(401, "UNAUTHORIZED", "This API key has been revoked.");
+        v.get("/account", None).err(401, "UNAUTHORIZED");
+    }
+    v.get("/account", b.key()).ok(200);
+}
+
 /// Wrong keys sent at once from one address: no more keys are tested than
 /// the lockout allows, however the requests interleave. (Whether they pass
 /// the gateway's check before the first failure is counted depends on
