@@ -1326,6 +1326,45 @@ mod tests {
         );
     }
 
+    /// When the publisher lost a batch, every subscription skips a seq, so
+    /// that its client sees the gap (SPEC: "A jump in seq means messages
+    /// were missed"), then gets a fresh picture of what it follows.
+    #[test]
+    fn a_lost_batch_shows_as_a_gap_in_every_subscriptions_seq() {
+        let mut publisher = Publisher::new(Arc::default());
+        let picture = || Picture {
+            markets: Vec::new(),
+            prices: vec![("X:BTCUSD".to_string(), 97_000_00000000, 1_000)],
+        };
+        publisher.input(Input::Picture(Box::new(picture())), false);
+        let (tx, mut out) = mpsc::channel(16);
+        publisher.control(Control::Open {
+            conn: 1,
+            tx,
+            account: None,
+        });
+        let text =
+            r#"{"id":7,"cmd":"subscribe","params":{"channels":["prices"],"symbols":["X:BTCUSD"]}}"#;
+        let (id, command) = protocol::parse(text);
+        let (reply, mut rx) = oneshot::channel();
+        publisher.control(Control::Command {
+            conn: 1,
+            id,
+            command: command.unwrap(),
+            reply,
+        });
+        let sid = rx.try_recv().unwrap().added[0];
+        let mut seqs = Vec::new();
+        while let Ok(o) = out.try_recv() {
+            assert_eq!((o.sid, o.kind), (sid, "price"));
+            seqs.push(o.seq);
+        }
+        assert_eq!(seqs, [1], "the current price at once");
+        publisher.input(Input::Picture(Box::new(picture())), true);
+        let o = out.try_recv().expect("the price again after the resync");
+        assert_eq!((o.sid, o.kind, o.seq), (sid, "price", 3), "seq 2 skipped");
+    }
+
     /// The direct writers write the bytes of the `json!` maps they replaced.
     #[test]
     fn hot_messages_are_byte_identical_to_their_json_maps() {
