@@ -770,9 +770,14 @@ fn failed_keys_lock_out_their_address_and_only_it_until_the_lockout_ends() {
         .get("/portfolio/balance", Some(&a.key))
         .ok(200);
 
-    // Failed websocket logins count too.
+    // Failed websocket logins count too, keys of no key's form among them.
     let mut ws = ws_connect(&v.serve.addr, Some(ip("127.0.0.5")), &[]).expect("upgrade");
-    for (i, key) in bad.iter().enumerate() {
+    let bad_logins = [
+        "not-a-key",
+        "tk_test_nosuchkey_s3cr3t",
+        "tk test with spaces",
+    ];
+    for (i, key) in bad_logins.iter().enumerate() {
         ws.cmd_err(i as u64, "login", json!({ "api_key": key }), 9);
     }
     Http::from(&v.serve.addr, ip("127.0.0.5"))
