@@ -1135,16 +1135,25 @@ fn wrong_keys_from_an_address_do_not_close_its_proven_connections() {
 #[test]
 fn flooding_commands_closes_with_1008() {
     let venue = Venue::start();
-    let mut c = connect(venue.addr());
-    // Far over the burst of 20, so that the bucket cannot refill in time
-    // however slowly the server reads them; sends after the close may fail.
-    for id in 0..100 {
-        let text = json!({ "id": id, "cmd": "list_subscriptions" }).to_string();
-        if c.ws.send(Message::text(text)).is_err() {
-            break;
+    // Text commands, and binary frames (each answered with an error, so
+    // each costs the server as much as a command).
+    for binary in [false, true] {
+        let mut c = connect(venue.addr());
+        // Far over the burst of 20, so that the bucket cannot refill in time
+        // however slowly the server reads them; sends after the close may fail.
+        for id in 0..100 {
+            let text = json!({ "id": id, "cmd": "list_subscriptions" }).to_string();
+            let frame = if binary {
+                Message::binary(text.into_bytes())
+            } else {
+                Message::text(text)
+            };
+            if c.ws.send(frame).is_err() {
+                break;
+            }
         }
+        assert_eq!(c.close_code(WAIT), 1008, "binary frames: {binary}");
     }
-    assert_eq!(c.close_code(WAIT), 1008);
 }
 
 /// Pings and pongs have a bucket of their own, of the commands' size: a
