@@ -1199,6 +1199,43 @@ fn a_message_over_64_kb_closes_with_1009_and_one_of_64_kb_is_taken() {
     assert_eq!(c.close_code(WAIT), 1009);
 }
 
+/// The 64 KB bound is on the message, not the frame: a message of exactly
+/// 64 KB sent in two fragments is taken, one byte more closes with 1009.
+#[test]
+fn a_fragmented_message_of_64_kb_is_taken_and_one_byte_more_closes_with_1009() {
+    use std::io::Write;
+    let venue = Venue::start();
+    let mut c = connect(venue.addr());
+    // A masked frame with a 16-bit length (every payload here is 126 to
+    // 65,535 bytes).
+    let frame = |first: u8, payload: &[u8]| {
+        let key = [3u8, 141, 59, 26];
+        let len = u16::try_from(payload.len()).expect("16-bit length");
+        assert!(len >= 126);
+        let mut out = vec![first, 0x80 | 126];
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(&key);
+        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+        out
+    };
+    let message = |id: u64, len: usize| {
+        let command = format!(r#"{{"id":{id},"cmd":"list_subscriptions","params":{{}}}}"#);
+        format!("{command}{}", " ".repeat(len - command.len())).into_bytes()
+    };
+    // Text without FIN, then a continuation with FIN.
+    let send = |c: &mut Client, bytes: &[u8], split: usize| {
+        let mut raw = frame(0x01, &bytes[..split]);
+        raw.extend(frame(0x80, &bytes[split..]));
+        c.ws.get_mut().write_all(&raw).expect("raw frames");
+    };
+    let exact = message(1, 64 * 1024);
+    send(&mut c, &exact, 32 * 1024);
+    assert_eq!(c.replies(1, 1)[0]["type"], "ok");
+    let over = message(2, 64 * 1024 + 1);
+    send(&mut c, &over, 32 * 1024);
+    assert_eq!(c.close_code(WAIT), 1009);
+}
+
 /// RFC 6455 §5.1: a frame from the client without a mask closes the
 /// connection with 1002 (it was answered like a masked one), after the
 /// masked frames before it were taken, even when both arrive in one
@@ -1228,6 +1265,46 @@ fn an_unmasked_frame_from_the_client_closes_with_1002() {
     c.ws.get_mut().write_all(&both).expect("raw frames");
     assert_eq!(c.replies(1, 1)[0]["type"], "ok");
     assert_eq!(c.close_code(WAIT), 1002);
+}
+
+/// A ticker subscriber's first message is the market's top as it is now,
+/// the same as REST's, whatever traded and rested before it subscribed.
+#[test]
+fn a_ticker_subscribed_after_trading_starts_from_the_current_top() {
+    let venue = Venue::start();
+    let market = venue.open_market(SERIES_A);
+    let (a, b) = (venue.trader("1000"), venue.trader("1000"));
+    venue.place_ok(a.key(), &buy(&market, "up", "0.50", "3"));
+    venue.place_ok(b.key(), &buy(&market, "down", "0.50", "1"));
+    venue.place_ok(b.key(), &buy(&market, "down", "0.45", "2"));
+    venue.place_ok(a.key(), &buy(&market, "up", "0.40", "5"));
+    let rest = venue.read(&format!("/markets/{market}"), None)["market"].clone();
+    let fields = [
+        "up_bid",
+        "up_bid_size",
+        "up_ask",
+        "up_ask_size",
+        "last_price",
+    ];
+    let expected: BTreeMap<&str, &str> = [
+        ("up_bid", "0.50"),
+        ("up_bid_size", "2"),
+        ("up_ask", "0.55"),
+        ("up_ask_size", "2"),
+        ("last_price", "0.50"),
+    ]
+    .into();
+    for field in fields {
+        assert_eq!(rest[field].as_str(), Some(expected[field]), "{rest}");
+    }
+    let mut c = connect(venue.addr());
+    c.subscribe(1, &["ticker"], json!({ "market_tickers": [market] }));
+    let top = c.data();
+    assert_eq!(top["type"], "ticker", "{top}");
+    assert_eq!(top["msg"]["market_ticker"], json!(market));
+    for field in fields {
+        assert_eq!(top["msg"][field], rest[field], "{field}: {top}");
+    }
 }
 
 #[test]

@@ -876,7 +876,14 @@ fn a_full_disk_stops_orders_with_503_and_damages_nothing() {
                             acked.lock().unwrap().push((t, resp.json["order"].clone()));
                         }
                         503 => {
-                            resp.err(503, "EXCHANGE_UNAVAILABLE");
+                            // A place has a client_order_id: the message
+                            // says to retry with it.
+                            resp.err_msg(
+                                503,
+                                "EXCHANGE_UNAVAILABLE",
+                                "The exchange cannot record orders right now; \
+                                 retry with the same client_order_id.",
+                            );
                             full.store(true, Ordering::SeqCst);
                             after += 1;
                             refused.lock().unwrap().push(body);
