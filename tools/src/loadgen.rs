@@ -234,16 +234,57 @@ async fn open_markets(conn: &mut Conn) -> Result<Vec<OpenMarket>> {
         .unwrap_or_default())
 }
 
-/// Markets worth sending orders to: open, of the chosen series, and not
-/// closing in the next two seconds (orders would race the close).
-fn tradable(markets: &[OpenMarket], series: &[String]) -> Vec<String> {
-    let soon = now_ms() + 2_000;
+/// How long before its close a market stops getting orders: an order
+/// still in flight at the close would be refused. Requests take
+/// milliseconds; the margin covers them and a venue on another host whose
+/// clock is a little ahead.
+const CLOSE_MARGIN_MS: u64 = 500;
+
+/// The market list is read again at least this often.
+const REFRESH_MS: u64 = 1_000;
+
+/// How soon after a window's scheduled close the list is read again: the
+/// venue opens the next window about then.
+const ROLL_WAIT_MS: u64 = 50;
+
+/// Markets worth sending orders to at `now_ms`: open, of the chosen
+/// series, and not closing within [`CLOSE_MARGIN_MS`].
+fn tradable(markets: &[OpenMarket], series: &[String], now_ms: u64) -> Vec<String> {
+    let soon = now_ms + CLOSE_MARGIN_MS;
     markets
         .iter()
         .filter(|m| series.is_empty() || series.contains(&m.series))
         .filter(|m| m.close_ts_ms > soon)
         .map(|m| m.ticker.clone())
         .collect()
+}
+
+/// When to read the market list next, in ms from `now_ms`: at the next
+/// change the list read at `now_ms` foresees (a market entering its close
+/// margin, or closing, which opens its series' next window), or after
+/// [`REFRESH_MS`]. Reading it every second only, a window roll stopped the
+/// orders for up to a second more than the close margin.
+fn next_refresh_ms(markets: &[OpenMarket], series: &[String], now_ms: u64) -> u64 {
+    let mut wait = REFRESH_MS;
+    for m in markets
+        .iter()
+        .filter(|m| series.is_empty() || series.contains(&m.series))
+    {
+        let margin = m.close_ts_ms.saturating_sub(CLOSE_MARGIN_MS);
+        if margin > now_ms {
+            wait = wait.min(margin - now_ms);
+        }
+        let roll = m.close_ts_ms + ROLL_WAIT_MS;
+        if roll > now_ms {
+            wait = wait.min(roll - now_ms);
+        } else if now_ms - roll < REFRESH_MS {
+            // Still listed open after its close: the venue has not rolled
+            // the window yet. Look again shortly, for a second at most
+            // (a paused venue may keep it so for long).
+            wait = wait.min(ROLL_WAIT_MS);
+        }
+    }
+    wait.max(1)
 }
 
 /// Creates the accounts (funded, terms accepted, trading allowed) and one
@@ -494,20 +535,25 @@ async fn drive(
         let series = args.series.clone();
         tokio::spawn(async move {
             let mut conn: Option<Conn> = None;
+            // At once: the list read before the run foresaw no change.
+            let mut wait = 0;
             while !shared.done.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                wait = REFRESH_MS;
                 if conn.is_none() {
                     conn = Conn::connect(shared.target).await.ok();
                 }
                 let Some(c) = conn.as_mut() else { continue };
                 match open_markets(c).await {
                     Ok(markets) => {
+                        let now = now_ms();
                         let open: Vec<String> = markets.iter().map(|m| m.ticker.clone()).collect();
                         shared
                             .traffic
                             .lock()
                             .expect("traffic")
-                            .set_markets(&tradable(&markets, &series), &open);
+                            .set_markets(&tradable(&markets, &series, now), &open);
+                        wait = next_refresh_ms(&markets, &series, now);
                     }
                     Err(_) => conn = None,
                 }
@@ -751,7 +797,7 @@ fn run_checked(args: &LoadgenArgs) -> Result<()> {
             .with_context(|| format!("connecting to {target}"))?;
         loop {
             let markets = open_markets(&mut conn).await?;
-            let ok = tradable(&markets, &args.series);
+            let ok = tradable(&markets, &args.series, now_ms());
             if !ok.is_empty() || Instant::now() > deadline {
                 let series: Vec<String> = markets
                     .iter()
@@ -951,4 +997,58 @@ fn run_checked(args: &LoadgenArgs) -> Result<()> {
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn market(ticker: &str, series: &str, close_ts_ms: u64) -> OpenMarket {
+        OpenMarket {
+            ticker: ticker.to_string(),
+            series: series.to_string(),
+            close_ts_ms,
+        }
+    }
+
+    const CLOSE: u64 = 1_800_000_060_000;
+
+    #[test]
+    fn a_market_takes_orders_until_half_a_second_before_its_close() {
+        let list = [
+            market("a-1", "a", CLOSE),
+            market("b-1", "b", CLOSE + 30_000),
+        ];
+        let all: Vec<String> = vec!["a-1".into(), "b-1".into()];
+        assert_eq!(tradable(&list, &[], CLOSE - 501), all);
+        assert_eq!(tradable(&list, &[], CLOSE - 500), ["b-1"]);
+        assert_eq!(tradable(&list, &["a".into()], CLOSE - 500), [""; 0]);
+        assert_eq!(tradable(&list, &["a".into()], CLOSE - 10_000), ["a-1"]);
+    }
+
+    #[test]
+    fn the_list_is_read_again_at_the_close_margin_and_just_after_the_roll() {
+        let list = [market("a-1", "a", CLOSE)];
+        let series: Vec<String> = vec![];
+        // Far from the close: every second.
+        assert_eq!(next_refresh_ms(&list, &series, CLOSE - 30_000), 1_000);
+        assert_eq!(next_refresh_ms(&[], &series, CLOSE), 1_000);
+        // The margin, to the millisecond.
+        assert_eq!(next_refresh_ms(&list, &series, CLOSE - 1_200), 700);
+        // Inside the margin: just after the close, when the next window opens.
+        assert_eq!(next_refresh_ms(&list, &series, CLOSE - 500), 550);
+        assert_eq!(next_refresh_ms(&list, &series, CLOSE - 1), 51);
+        // Still listed after its close: shortly, for a second...
+        assert_eq!(next_refresh_ms(&list, &series, CLOSE + 50), 50);
+        assert_eq!(next_refresh_ms(&list, &series, CLOSE + 1_049), 50);
+        // ...then every second (a paused venue).
+        assert_eq!(next_refresh_ms(&list, &series, CLOSE + 1_050), 1_000);
+        // Another series' close does not count.
+        let other = [
+            market("b-1", "b", CLOSE),
+            market("a-2", "a", CLOSE + 60_000),
+        ];
+        assert_eq!(next_refresh_ms(&other, &["a".into()], CLOSE - 1_200), 1_000);
+        assert_eq!(next_refresh_ms(&other, &series, CLOSE - 1_200), 700);
+    }
 }
