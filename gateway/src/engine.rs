@@ -393,7 +393,8 @@ impl Bucket {
             self.tokens -= 1.0;
             return Ok(());
         }
-        Err(((1.0 - self.tokens) / rate).ceil().max(1.0) as u64)
+        // Under one token: a positive wait, so at least 1 s once rounded up.
+        Err(((1.0 - self.tokens) / rate).ceil() as u64)
     }
 }
 
