@@ -2078,12 +2078,17 @@ fn new_orders_are_rate_limited_per_key_and_cancels_never_are() {
     v.place_ok(a.key(), &buy(&m, "up", "0.01", "1"));
 }
 
-#[test]
-fn repeated_failed_keys_lock_the_address_out_with_429() {
-    let v = Venue::start_with(|c| {
+/// A venue that locks an address out for 60 s after 3 failed keys.
+fn lockout_venue() -> Venue {
+    Venue::start_with(|c| {
         c.lockout_failures = 3;
         c.lockout_secs = 60;
-    });
+    })
+}
+
+#[test]
+fn repeated_failed_keys_lock_the_address_out_with_429() {
+    let v = lockout_venue();
     let a = v.trader("100.00");
     let m = v.open_market(SERIES_A);
     v.get("/account", a.key()).ok(200);
@@ -2120,10 +2125,7 @@ fn repeated_failed_keys_lock_the_address_out_with_429() {
 /// not lock its own host out.
 #[test]
 fn a_revoked_key_refused_again_and_again_does_not_lock_the_address() {
-    let v = Venue::start_with(|c| {
-        c.lockout_failures = 3;
-        c.lockout_secs = 60;
-    });
+    let v = lockout_venue();
     let a = v.trader("100.00");
     let b = v.trader("100.00");
     v.revoke(&a.key);
@@ -2141,10 +2143,7 @@ fn a_revoked_key_refused_again_and_again_does_not_lock_the_address() {
 /// timing here; `engine::tests` queues them for certain.)
 #[test]
 fn wrong_keys_sent_at_once_test_no_more_keys_than_the_lockout_allows() {
-    let v = Venue::start_with(|c| {
-        c.lockout_failures = 3;
-        c.lockout_secs = 60;
-    });
+    let v = lockout_venue();
     let barrier = std::sync::Barrier::new(24);
     let statuses: Vec<u16> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..24)
