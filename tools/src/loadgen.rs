@@ -234,57 +234,72 @@ async fn open_markets(conn: &mut Conn) -> Result<Vec<OpenMarket>> {
         .unwrap_or_default())
 }
 
-/// How long before its close a market stops getting orders: an order
-/// still in flight at the close would be refused. Requests take
-/// milliseconds; the margin covers them and a venue on another host whose
-/// clock is a little ahead.
-const CLOSE_MARGIN_MS: u64 = 500;
-
 /// The market list is read again at least this often.
 const REFRESH_MS: u64 = 1_000;
 
-/// How soon after a window's scheduled close the list is read again: the
-/// venue opens the next window about then.
-const ROLL_WAIT_MS: u64 = 50;
+/// How often the list is read while a chosen series waits for its next
+/// window, and how long after a close the first such read comes.
+const ROLL_POLL_MS: u64 = 50;
 
-/// Markets worth sending orders to at `now_ms`: open, of the chosen
-/// series, and not closing within [`CLOSE_MARGIN_MS`].
-fn tradable(markets: &[OpenMarket], series: &[String], now_ms: u64) -> Vec<String> {
-    let soon = now_ms + CLOSE_MARGIN_MS;
+/// How long after a close the list is read every [`ROLL_POLL_MS`] for the
+/// series' next window. The venue opens a window at its symbol's first
+/// print after the open (DESIGN §2), within a second with the price
+/// simulator; a feed that has stopped is not polled for longer.
+const ROLL_WAIT_MAX_MS: u64 = 2_000;
+
+/// The markets to trade at `now_ms`: open, of the chosen series, taking
+/// orders (not in their close margin); with their close, for the traffic
+/// to stop at the margin by itself between two reads of the list.
+fn tradable(markets: &[OpenMarket], series: &[String], now_ms: u64) -> Vec<(String, u64)> {
     markets
         .iter()
         .filter(|m| series.is_empty() || series.contains(&m.series))
-        .filter(|m| m.close_ts_ms > soon)
-        .map(|m| m.ticker.clone())
+        .filter(|m| traffic::takes_orders(m.close_ts_ms, now_ms))
+        .map(|m| (m.ticker.clone(), m.close_ts_ms))
         .collect()
 }
 
-/// When to read the market list next, in ms from `now_ms`: at the next
-/// change the list read at `now_ms` foresees (a market entering its close
-/// margin, or closing, which opens its series' next window), or after
-/// [`REFRESH_MS`]. Reading it every second only, a window roll stopped the
-/// orders for up to a second more than the close margin.
-fn next_refresh_ms(markets: &[OpenMarket], series: &[String], now_ms: u64) -> u64 {
-    let mut wait = REFRESH_MS;
-    for m in markets
-        .iter()
-        .filter(|m| series.is_empty() || series.contains(&m.series))
-    {
-        let margin = m.close_ts_ms.saturating_sub(CLOSE_MARGIN_MS);
-        if margin > now_ms {
-            wait = wait.min(margin - now_ms);
+/// When the refresher reads the market list next. It knows each chosen
+/// series' latest close; from that close until the series' next window is
+/// listed open (the venue opens it at the first print after the open, so
+/// up to a second later), it reads the list every [`ROLL_POLL_MS`].
+/// Reading it every second only, a window roll stopped the orders for up
+/// to a second more than the close margin.
+#[derive(Default)]
+struct Refresh {
+    /// Chosen series -> the latest close of its markets seen open.
+    last_close: BTreeMap<String, u64>,
+}
+
+impl Refresh {
+    /// Takes a list read at `now_ms`; returns the wait, in ms, before the
+    /// next read.
+    fn wait_after(&mut self, markets: &[OpenMarket], series: &[String], now_ms: u64) -> u64 {
+        for m in markets
+            .iter()
+            .filter(|m| series.is_empty() || series.contains(&m.series))
+        {
+            let close = self.last_close.entry(m.series.clone()).or_insert(0);
+            *close = (*close).max(m.close_ts_ms);
         }
-        let roll = m.close_ts_ms + ROLL_WAIT_MS;
-        if roll > now_ms {
-            wait = wait.min(roll - now_ms);
-        } else if now_ms - roll < REFRESH_MS {
-            // Still listed open after its close: the venue has not rolled
-            // the window yet. Look again shortly, for a second at most
-            // (a paused venue may keep it so for long).
-            wait = wait.min(ROLL_WAIT_MS);
+        let mut wait = REFRESH_MS;
+        for &close in self.last_close.values() {
+            if close > now_ms {
+                // Its last market is still open: wake at its close margin
+                // (the traffic stops it then by itself; a read costs
+                // little) and just after the close.
+                let margin = close.saturating_sub(traffic::CLOSE_MARGIN_MS);
+                if margin > now_ms {
+                    wait = wait.min(margin - now_ms);
+                }
+                wait = wait.min(close + ROLL_POLL_MS - now_ms);
+            } else if now_ms - close < ROLL_WAIT_MAX_MS {
+                // Closed, and no later window of the series is open yet.
+                wait = wait.min(ROLL_POLL_MS);
+            }
         }
+        wait.max(1)
     }
-    wait.max(1)
 }
 
 /// Creates the accounts (funded, terms accepted, trading allowed) and one
@@ -374,7 +389,7 @@ async fn one_request(
     due: Instant,
     slot: &InFlight,
 ) {
-    let request = shared.traffic.lock().expect("traffic").next(i);
+    let request = shared.traffic.lock().expect("traffic").next(i, now_ms());
     let Some(request) = request else {
         shared.stats.lock().expect("stats").skipped += 1;
         return;
@@ -535,8 +550,9 @@ async fn drive(
         let series = args.series.clone();
         tokio::spawn(async move {
             let mut conn: Option<Conn> = None;
-            // At once: the list read before the run foresaw no change.
+            // At once: the list read before the set-up may be stale.
             let mut wait = 0;
+            let mut refresh = Refresh::default();
             while !shared.done.load(Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_millis(wait)).await;
                 wait = REFRESH_MS;
@@ -553,9 +569,14 @@ async fn drive(
                             .lock()
                             .expect("traffic")
                             .set_markets(&tradable(&markets, &series, now), &open);
-                        wait = next_refresh_ms(&markets, &series, now);
+                        wait = refresh.wait_after(&markets, &series, now);
                     }
-                    Err(_) => conn = None,
+                    // Soon again: a read missed near a roll delays the
+                    // next window's first orders.
+                    Err(_) => {
+                        conn = None;
+                        wait = ROLL_POLL_MS;
+                    }
                 }
             }
         })
@@ -1014,41 +1035,53 @@ mod tests {
     const CLOSE: u64 = 1_800_000_060_000;
 
     #[test]
-    fn a_market_takes_orders_until_half_a_second_before_its_close() {
+    fn a_market_is_traded_until_half_a_second_before_its_close() {
         let list = [
             market("a-1", "a", CLOSE),
             market("b-1", "b", CLOSE + 30_000),
         ];
-        let all: Vec<String> = vec!["a-1".into(), "b-1".into()];
-        assert_eq!(tradable(&list, &[], CLOSE - 501), all);
-        assert_eq!(tradable(&list, &[], CLOSE - 500), ["b-1"]);
-        assert_eq!(tradable(&list, &["a".into()], CLOSE - 500), [""; 0]);
-        assert_eq!(tradable(&list, &["a".into()], CLOSE - 10_000), ["a-1"]);
+        let a = ("a-1".to_string(), CLOSE);
+        let b = ("b-1".to_string(), CLOSE + 30_000);
+        assert_eq!(tradable(&list, &[], CLOSE - 501), [a.clone(), b.clone()]);
+        assert_eq!(tradable(&list, &[], CLOSE - 500), [b]);
+        assert_eq!(tradable(&list, &["a".into()], CLOSE - 500), []);
+        assert_eq!(tradable(&list, &["a".into()], CLOSE - 10_000), [a]);
     }
 
     #[test]
-    fn the_list_is_read_again_at_the_close_margin_and_just_after_the_roll() {
-        let list = [market("a-1", "a", CLOSE)];
-        let series: Vec<String> = vec![];
+    fn the_list_is_read_at_the_close_margin_and_often_until_the_next_window_opens() {
+        let all: Vec<String> = vec![];
+        let mut r = Refresh::default();
+        let one = [market("a-1", "a", CLOSE)];
         // Far from the close: every second.
-        assert_eq!(next_refresh_ms(&list, &series, CLOSE - 30_000), 1_000);
-        assert_eq!(next_refresh_ms(&[], &series, CLOSE), 1_000);
-        // The margin, to the millisecond.
-        assert_eq!(next_refresh_ms(&list, &series, CLOSE - 1_200), 700);
-        // Inside the margin: just after the close, when the next window opens.
-        assert_eq!(next_refresh_ms(&list, &series, CLOSE - 500), 550);
-        assert_eq!(next_refresh_ms(&list, &series, CLOSE - 1), 51);
-        // Still listed after its close: shortly, for a second...
-        assert_eq!(next_refresh_ms(&list, &series, CLOSE + 50), 50);
-        assert_eq!(next_refresh_ms(&list, &series, CLOSE + 1_049), 50);
-        // ...then every second (a paused venue).
-        assert_eq!(next_refresh_ms(&list, &series, CLOSE + 1_050), 1_000);
-        // Another series' close does not count.
-        let other = [
+        assert_eq!(r.wait_after(&one, &all, CLOSE - 30_000), 1_000);
+        // The margin, to the millisecond; then just after the close.
+        assert_eq!(r.wait_after(&one, &all, CLOSE - 1_200), 700);
+        assert_eq!(r.wait_after(&one, &all, CLOSE - 500), 550);
+        assert_eq!(r.wait_after(&one, &all, CLOSE - 1), 51);
+        // Closed (listed or not), the next window not open yet: every
+        // 50 ms, for two seconds after the close...
+        assert_eq!(r.wait_after(&one, &all, CLOSE + 50), 50);
+        assert_eq!(r.wait_after(&[], &all, CLOSE + 100), 50);
+        assert_eq!(r.wait_after(&[], &all, CLOSE + 1_999), 50);
+        // ...then every second (a feed that stopped).
+        assert_eq!(r.wait_after(&[], &all, CLOSE + 2_000), 1_000);
+        // Once the next window is open, back to its own close.
+        let next = [market("a-2", "a", CLOSE + 60_000)];
+        assert_eq!(r.wait_after(&next, &all, CLOSE + 400), 1_000);
+        assert_eq!(r.wait_after(&next, &all, CLOSE + 59_000), 500);
+
+        // Only the chosen series count.
+        let mut r = Refresh::default();
+        let two = [
             market("b-1", "b", CLOSE),
             market("a-2", "a", CLOSE + 60_000),
         ];
-        assert_eq!(next_refresh_ms(&other, &["a".into()], CLOSE - 1_200), 1_000);
-        assert_eq!(next_refresh_ms(&other, &series, CLOSE - 1_200), 700);
+        assert_eq!(r.wait_after(&two, &["a".into()], CLOSE - 1_200), 1_000);
+        assert_eq!(r.wait_after(&[], &["a".into()], CLOSE + 100), 1_000);
+        let mut r = Refresh::default();
+        assert_eq!(r.wait_after(&two, &all, CLOSE - 1_200), 700);
+        // One series waiting for its window is enough to read often.
+        assert_eq!(r.wait_after(&two[1..], &all, CLOSE + 100), 50);
     }
 }

@@ -80,10 +80,23 @@ pub struct Request {
     pub market: Option<Arc<str>>,
 }
 
+/// How long before its close a market stops getting orders: an order
+/// still in flight at the close would be refused. Requests take
+/// milliseconds; the margin covers them and a venue on another host whose
+/// clock is a little ahead.
+pub const CLOSE_MARGIN_MS: u64 = 500;
+
+/// Whether a market closing at `close_ts_ms` gets orders at `now_ms`.
+pub fn takes_orders(close_ts_ms: u64, now_ms: u64) -> bool {
+    close_ts_ms > now_ms.saturating_add(CLOSE_MARGIN_MS)
+}
+
 /// A market the flow trades, with its simulated fair price of Up.
 #[derive(Clone, Debug)]
 struct Market {
     ticker: Arc<str>,
+    /// Its close: it gets no orders within [`CLOSE_MARGIN_MS`] of it.
+    close_ts_ms: u64,
     /// Fair price of Up in cents (30..=70); Down's is 100 minus it.
     fair: u8,
     /// Stable per ticker: which accounts buy Up here.
@@ -150,24 +163,26 @@ impl Traffic {
         self.markets.len()
     }
 
-    /// Replaces the set of tradable markets, keeping the fair prices of the
-    /// ones still there and forgetting resting orders in markets that are no
-    /// longer open (the venue cancels those at the close).
-    pub fn set_markets(&mut self, tickers: &[String], still_open: &[String]) {
+    /// Replaces the set of markets to trade (ticker, close), keeping the
+    /// fair prices of the ones still there and forgetting resting orders in
+    /// markets that are no longer open (the venue cancels those at the
+    /// close).
+    pub fn set_markets(&mut self, markets: &[(String, u64)], still_open: &[String]) {
         let old: BTreeMap<Arc<str>, u8> = self
             .markets
             .iter()
             .map(|m| (m.ticker.clone(), m.fair))
             .collect();
-        self.markets = tickers
+        self.markets = markets
             .iter()
-            .map(|t| {
+            .map(|(t, close_ts_ms)| {
                 let fair = match old.get(t.as_str()) {
                     Some(fair) => *fair,
                     None => 40 + self.rng.below(21) as u8,
                 };
                 Market {
                     ticker: t.as_str().into(),
+                    close_ts_ms: *close_ts_ms,
                     fair,
                     salt: fnv(t),
                 }
@@ -195,8 +210,9 @@ impl Traffic {
         self.accounts.iter().map(|a| a.resting.len()).sum()
     }
 
-    /// The request numbered `i`; `None` when no market is tradable.
-    pub fn next(&mut self, i: u64) -> Option<Request> {
+    /// The request numbered `i`, due at `now_ms`; `None` when it would be
+    /// an order and no market takes orders then.
+    pub fn next(&mut self, i: u64, now_ms: u64) -> Option<Request> {
         let n = self.accounts.len();
         let account = (i % n as u64) as usize;
         let roll = self.rng.unit();
@@ -215,11 +231,14 @@ impl Traffic {
                 market: None,
             });
         }
-        if self.markets.is_empty() {
+        let open: Vec<usize> = (0..self.markets.len())
+            .filter(|&m| takes_orders(self.markets[m].close_ts_ms, now_ms))
+            .collect();
+        if open.is_empty() {
             return None;
         }
         let cross = roll >= 1.0 - self.mix.cross;
-        let m = self.rng.below(self.markets.len() as u64) as usize;
+        let m = open[self.rng.below(open.len() as u64) as usize];
         // The fair price wanders a cent now and then.
         if self.rng.below(20) == 0 {
             let step: i32 = if self.rng.below(2) == 0 { -1 } else { 1 };
@@ -272,13 +291,14 @@ mod tests {
             tag: "t".into(),
         };
         let mut t = Traffic::new(7, mix, keys);
-        assert!(t.next(0).is_none());
-        let markets = vec!["btc-1m-261121-2100-2101".to_string()];
-        t.set_markets(&markets, &markets);
+        const NOW: u64 = 1_800_000_000_000;
+        assert!(t.next(0, NOW).is_none());
+        let ticker = "btc-1m-261121-2100-2101".to_string();
+        t.set_markets(&[(ticker.clone(), NOW + 60_000)], &[ticker]);
         let mut outcomes: BTreeMap<usize, String> = BTreeMap::new();
         let mut kinds = BTreeMap::new();
         for i in 0..4000u64 {
-            let r = t.next(i).unwrap();
+            let r = t.next(i, NOW).unwrap();
             assert_eq!(r.account, (i % 4) as usize);
             assert_eq!(&*r.key, format!("k{}", i % 4));
             *kinds.entry(r.kind).or_insert(0) += 1;
@@ -302,6 +322,15 @@ mod tests {
         // Both outcomes are bought on the market, by different accounts.
         let ups = outcomes.values().filter(|o| o.as_str() == "up").count();
         assert!(ups > 0 && ups < 4);
+        // Orders stop half a second before the close; cancels go on.
+        let mut orders_at = |now: u64| {
+            (0..200u64)
+                .filter_map(|i| t.next(i, now))
+                .filter(|r| r.kind != Kind::Cancel)
+                .count()
+        };
+        assert!(orders_at(NOW + 59_499) > 0);
+        assert_eq!(orders_at(NOW + 59_500), 0);
         t.set_markets(&[], &[]);
         assert_eq!(t.resting_total(), 0);
     }
