@@ -285,13 +285,8 @@ impl Refresh {
         let mut wait = REFRESH_MS;
         for &close in self.last_close.values() {
             if close > now_ms {
-                // Its last market is still open: wake at its close margin
-                // (the traffic stops it then by itself; a read costs
-                // little) and just after the close.
-                let margin = close.saturating_sub(traffic::CLOSE_MARGIN_MS);
-                if margin > now_ms {
-                    wait = wait.min(margin - now_ms);
-                }
+                // Its last market is still open (the traffic stops its
+                // orders at the margin by itself): wake just after it closes.
                 wait = wait.min(close + ROLL_POLL_MS - now_ms);
             } else if now_ms - close < ROLL_WAIT_MAX_MS {
                 // Closed, and no later window of the series is open yet.
@@ -1049,14 +1044,16 @@ mod tests {
     }
 
     #[test]
-    fn the_list_is_read_at_the_close_margin_and_often_until_the_next_window_opens() {
+    fn the_list_is_read_just_after_a_close_and_often_until_the_next_window_opens() {
         let all: Vec<String> = vec![];
         let mut r = Refresh::default();
         let one = [market("a-1", "a", CLOSE)];
         // Far from the close: every second.
         assert_eq!(r.wait_after(&one, &all, CLOSE - 30_000), 1_000);
-        // The margin, to the millisecond; then just after the close.
-        assert_eq!(r.wait_after(&one, &all, CLOSE - 1_200), 700);
+        // Just after the close, to the millisecond.
+        assert_eq!(r.wait_after(&one, &all, CLOSE - 1_200), 1_000);
+        assert_eq!(r.wait_after(&one, &all, CLOSE - 950), 1_000);
+        assert_eq!(r.wait_after(&one, &all, CLOSE - 949), 999);
         assert_eq!(r.wait_after(&one, &all, CLOSE - 500), 550);
         assert_eq!(r.wait_after(&one, &all, CLOSE - 1), 51);
         // Closed (listed or not), the next window not open yet: every
@@ -1069,7 +1066,7 @@ mod tests {
         // Once the next window is open, back to its own close.
         let next = [market("a-2", "a", CLOSE + 60_000)];
         assert_eq!(r.wait_after(&next, &all, CLOSE + 400), 1_000);
-        assert_eq!(r.wait_after(&next, &all, CLOSE + 59_000), 500);
+        assert_eq!(r.wait_after(&next, &all, CLOSE + 59_500), 550);
 
         // Only the chosen series count.
         let mut r = Refresh::default();
@@ -1077,10 +1074,10 @@ mod tests {
             market("b-1", "b", CLOSE),
             market("a-2", "a", CLOSE + 60_000),
         ];
-        assert_eq!(r.wait_after(&two, &["a".into()], CLOSE - 1_200), 1_000);
+        assert_eq!(r.wait_after(&two, &["a".into()], CLOSE - 500), 1_000);
         assert_eq!(r.wait_after(&[], &["a".into()], CLOSE + 100), 1_000);
         let mut r = Refresh::default();
-        assert_eq!(r.wait_after(&two, &all, CLOSE - 1_200), 700);
+        assert_eq!(r.wait_after(&two, &all, CLOSE - 500), 550);
         // One series waiting for its window is enough to read often.
         assert_eq!(r.wait_after(&two[1..], &all, CLOSE + 100), 50);
     }
