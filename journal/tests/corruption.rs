@@ -201,6 +201,34 @@ fn a_segment_of_another_format_version_is_refused_at_its_header() {
     );
 }
 
+/// A segment whose header names another index than its file name (a
+/// segment copied or renamed by hand), its seqs following on all the same,
+/// is damage at its header: verify names it and open refuses, instead of
+/// taking the file for the segment it is not.
+#[test]
+fn a_segment_whose_header_names_another_index_is_damage_at_its_header() {
+    let (dir, _) = setup();
+    rewrite_header(dir.path(), 1, |h| {
+        h[16..24].copy_from_slice(&7u64.to_le_bytes())
+    });
+    let path = seg_path(dir.path(), 1);
+    let p = journal::verify(dir.path())
+        .unwrap()
+        .problem
+        .expect("a problem");
+    assert_eq!(
+        (p.kind, p.segment_index, p.offset),
+        (ProblemKind::BadSegmentHeader, 1, 0)
+    );
+    assert!(p.reason.contains("index 7"), "{}", p.reason);
+    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+        JournalError::Corrupt {
+            segment, offset, ..
+        } => assert_eq!((segment, offset), (path, 0)),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn missing_middle_segment_is_an_error_or_a_cut() {
     let (dir, recs) = setup();
