@@ -160,6 +160,16 @@ fn rewrite_header(dir: &Path, index: u64, edit: impl FnOnce(&mut [u8])) {
     });
 }
 
+/// The offset of segment `index`'s seal, just after its last record, when
+/// the segment has room for one.
+fn seal_offset(recs: &[Owned], index: u64) -> Option<u64> {
+    let last = recs.iter().rfind(|r| r.segment == index)?;
+    let seal = last.offset
+        + (format::RECORD_HEADER_LEN + last.payload.len()).next_multiple_of(format::RECORD_ALIGN)
+            as u64;
+    (seal + format::RECORD_HEADER_LEN as u64 <= SEG).then_some(seal)
+}
+
 /// A segment written in another format version (its header whole, its
 /// checksum good) is refused at its header, naming the version, by open,
 /// verify and a reader alike: this build never reads records laid out in
@@ -227,6 +237,34 @@ fn a_segment_whose_header_names_another_index_is_damage_at_its_header() {
         } => assert_eq!((segment, offset), (path, 0)),
         other => panic!("{other:?}"),
     }
+}
+
+/// A reader refuses a sealed segment that was cut after its seal (shorter
+/// than its header says), as open does: it never reads on as if the file
+/// were whole.
+#[test]
+fn a_reader_refuses_a_segment_cut_after_its_seal() {
+    let (dir, recs) = setup();
+    let (segment, seal) = (0..recs.last().unwrap().segment)
+        .find_map(|segment| {
+            let seal = seal_offset(&recs, segment).filter(|&seal| seal + 64 < SEG)?;
+            Some((segment, seal))
+        })
+        .expect("a segment with room after its seal");
+    let path = seg_path(dir.path(), segment);
+    cut_file(&path, seal + format::RECORD_HEADER_LEN as u64 + 16);
+    let mut r = Reader::open(dir.path()).unwrap();
+    let err = loop {
+        match r.next() {
+            Ok(Some(rec)) => assert!(rec.segment < segment, "a record of the cut one was read"),
+            Ok(None) => panic!("the reader reached the end"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(&err, JournalError::Corrupt { segment, offset: 0, .. } if *segment == path),
+        "{err:?}"
+    );
 }
 
 #[test]
