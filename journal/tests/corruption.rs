@@ -267,6 +267,52 @@ fn a_reader_refuses_a_segment_cut_after_its_seal() {
     );
 }
 
+/// A segment that is not the last but lost its seal (zeros where the
+/// seal was, every record whole) is damage named at the seal's place by
+/// verify and open, and a reader reports it there instead of taking it
+/// for the end of the journal (a replay would stop there and show an
+/// older state as the latest).
+#[test]
+fn a_middle_segment_that_lost_its_seal_is_damage_for_open_and_readers() {
+    let (dir, recs) = setup();
+    let seal = seal_offset(&recs, 0).expect("segment 0 has a seal");
+    let path = seg_path(dir.path(), 0);
+    patch_file(&path, |b| {
+        let at = seal as usize;
+        assert_eq!(&b[at..at + 4], b"SEAL");
+        b[at..at + format::RECORD_HEADER_LEN].fill(0);
+    });
+    let last_in_0 = recs.iter().rfind(|r| r.segment == 0).unwrap().seq;
+    let report = journal::verify(dir.path()).unwrap();
+    let p = report.problem.clone().expect("a problem");
+    assert_eq!(
+        (p.kind, p.segment_index, p.offset),
+        (ProblemKind::Corrupt, 0, seal)
+    );
+    assert!(p.reason.contains("without a seal"), "{}", p.reason);
+    assert_eq!(report.last_seq, Some(last_in_0));
+    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+        JournalError::Corrupt {
+            segment, offset, ..
+        } => assert_eq!((segment, offset), (path.clone(), seal)),
+        other => panic!("{other:?}"),
+    }
+    let mut r = Reader::open(dir.path()).unwrap();
+    let err = loop {
+        match r.next() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the reader took the lost seal for the end"),
+            Err(e) => break e,
+        }
+    };
+    match err {
+        JournalError::Corrupt {
+            segment, offset, ..
+        } => assert_eq!((segment, offset), (path, seal)),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn missing_middle_segment_is_an_error_or_a_cut() {
     let (dir, recs) = setup();
