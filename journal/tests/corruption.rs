@@ -313,6 +313,32 @@ fn a_middle_segment_that_lost_its_seal_is_damage_for_open_and_readers() {
     }
 }
 
+/// A segment file longer than its header says (grown by hand or by a
+/// tool) is damage at its header: verify names it and open refuses, as
+/// readers do, instead of a venue that starts on a journal its replays
+/// and tools then cannot read.
+#[test]
+fn a_segment_file_longer_than_its_header_says_is_damage_at_its_header() {
+    let (dir, _) = setup();
+    let path = seg_path(dir.path(), 1);
+    cut_file(&path, SEG + 4096);
+    let p = journal::verify(dir.path())
+        .unwrap()
+        .problem
+        .expect("a problem");
+    assert_eq!(
+        (p.kind, p.segment_index, p.offset),
+        (ProblemKind::BadSegmentHeader, 1, 0)
+    );
+    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+        JournalError::Corrupt {
+            segment, offset, ..
+        } => assert_eq!((segment, offset), (path.clone(), 0)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fs::metadata(&path).unwrap().len(), SEG + 4096, "unchanged");
+}
+
 #[test]
 fn missing_middle_segment_is_an_error_or_a_cut() {
     let (dir, recs) = setup();
