@@ -1313,6 +1313,25 @@ mod tests {
         assert!(error.contains("was removed or moved"), "{error}");
     }
 
+    /// A sync (a snapshot's, or the one at shutdown) after a deferred
+    /// commit handed out a point syncs the segment even with nothing new
+    /// appended: the point's own sync may not have run yet, and the
+    /// caller is told its records are durable when this returns.
+    #[test]
+    fn a_sync_after_a_deferred_commit_syncs_even_with_nothing_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::GroupCommit);
+        j.append(1, 1, b"a").unwrap();
+        let point = j.commit_deferred().unwrap().expect("a point");
+        let before = j.syncs().syncs;
+        j.sync().unwrap();
+        assert_eq!(j.syncs().syncs, before + 1, "the sync was skipped");
+        // Once synced, nothing is pending: the next one is skipped.
+        j.sync().unwrap();
+        assert_eq!(j.syncs().syncs, before + 1);
+        drop(point);
+    }
+
     #[test]
     fn roll_seals_and_flushes_the_old_segment() {
         let dir = tempfile::tempdir().unwrap();
