@@ -1332,6 +1332,22 @@ mod tests {
         drop(point);
     }
 
+    /// A roll syncs the segment it seals whatever the policy (`Never`
+    /// included), so that no record of the next segment is ever durable
+    /// before those of the one sealed.
+    #[test]
+    fn a_roll_syncs_the_sealed_segment_whatever_the_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::Never);
+        let mut seq = 1;
+        while j.active.as_ref().map(|a| a.index) != Some(1) {
+            j.append(seq, 1, &[0xAB; 1000]).unwrap();
+            j.commit().unwrap();
+            seq += 1;
+        }
+        assert_eq!(j.syncs().syncs, 1, "the roll's sync, and no other");
+    }
+
     #[test]
     fn roll_seals_and_flushes_the_old_segment() {
         let dir = tempfile::tempdir().unwrap();
