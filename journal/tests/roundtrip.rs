@@ -238,3 +238,25 @@ fn empty_last_segment_is_removed_and_recreated() {
     assert_eq!(recs.last().unwrap().segment, 1);
     assert!(journal::verify(dir.path()).unwrap().is_ok());
 }
+
+/// A journal whose only segment lost its first record (the writer died
+/// right after creating it, before the record reached the disk) opens as
+/// a new journal: the empty segment is removed, and the next append may
+/// start it at any seq, as on a journal never written.
+#[test]
+fn a_journal_whose_only_segment_lost_its_first_record_starts_anew() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut j, _) = Journal::open(config(dir.path(), SEG)).unwrap();
+    j.append(1, 1, &payload(1, 100)).unwrap();
+    j.close().unwrap();
+    patch_file(&seg_path(dir.path(), 0), |b| b[64..64 + 32 + 112].fill(0));
+    let (mut j, rec) = Journal::open(config(dir.path(), SEG)).unwrap();
+    assert_eq!(rec.removed_empty_segment, Some(seg_path(dir.path(), 0)));
+    assert_eq!((rec.records, rec.segments, rec.last_seq), (0, 0, None));
+    assert_eq!(j.last_seq(), None);
+    j.append(40, 2, b"a new start").unwrap();
+    j.close().unwrap();
+    let recs = read_all(dir.path());
+    assert_eq!(recs.len(), 1);
+    assert_eq!((recs[0].seq, recs[0].segment), (40, 0));
+}
