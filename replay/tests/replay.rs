@@ -711,3 +711,40 @@ fn a_journal_whose_first_segments_were_removed_does_not_replay_without_a_snapsho
         ),
     }
 }
+
+/// The operator's trim: a snapshot at the last record of the segments
+/// removed (a record the journal no longer holds) still starts a replay
+/// and a node. The check that ties a snapshot to its journal compares the
+/// record at the snapshot's seq only, never the next one the journal has.
+#[test]
+fn a_snapshot_at_the_last_record_of_removed_segments_still_starts_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_segments_config(dir.path());
+    let live = run_all(&config);
+    let journal_dir = dir.path().join("journal");
+    let snapshots = dir.path().join("snapshots");
+    let mut last_in_0 = 0;
+    let mut reader = journal::Reader::open(&journal_dir).unwrap();
+    while let Some(record) = reader.next().unwrap() {
+        if record.segment > 0 {
+            break;
+        }
+        last_in_0 = record.seq;
+    }
+    let at = replay(&journal_dir, None, Until::Seq(last_in_0)).unwrap();
+    let mut state = at.state;
+    snapshot::write(&snapshots, &mut state, at.last_record_crc).unwrap();
+    std::fs::remove_file(&segment_files(&journal_dir)[0]).unwrap();
+
+    let outcome = replay(&journal_dir, Some(&snapshots), Until::End).unwrap();
+    assert!(
+        outcome.skipped_snapshots.is_empty(),
+        "{:?}",
+        outcome.skipped_snapshots
+    );
+    assert_eq!(outcome.from_snapshot, Some(last_in_0));
+    assert_eq!(outcome.state, live);
+    let (node, report) = Node::open(config, T0).unwrap();
+    assert_eq!(report.from_snapshot, Some(last_in_0));
+    assert_eq!(node.state(), &live);
+}
