@@ -748,3 +748,41 @@ fn a_snapshot_at_the_last_record_of_removed_segments_still_starts_a_replay() {
     assert_eq!(report.from_snapshot, Some(last_in_0));
     assert_eq!(node.state(), &live);
 }
+
+/// The journal's last record, which the newest snapshot holds (it was
+/// acknowledged), damaged as a torn write would leave it: the node's
+/// start refuses to cut it, naming the snapshot's seq, and changes
+/// nothing on disk, so the record can still be looked at or restored.
+#[test]
+fn a_torn_record_the_newest_snapshot_holds_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut node, _) = Node::open(node_config(dir.path()), T0).unwrap();
+    for stamped in &scenario()[..40] {
+        node.submit(stamped.ts_ms, stamped.command.clone()).unwrap();
+    }
+    node.commit().unwrap();
+    let held = node.state().last_seq;
+    node.snapshot().unwrap().unwrap();
+    drop(node);
+    let journal_dir = dir.path().join("journal");
+    let segment = single_segment(&journal_dir);
+    let mut reader = journal::Reader::open(&journal_dir).unwrap();
+    reader.seek(held).unwrap();
+    let last = reader.next().unwrap().unwrap().offset as usize;
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[last + 32] ^= 0xff;
+    std::fs::write(&segment, &bytes).unwrap();
+    match Node::open(node_config(dir.path()), T0) {
+        Err(replay::NodeError::Journal(journal::JournalError::CutWouldDrop {
+            keep_through,
+            ..
+        })) => assert_eq!(keep_through, held),
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("started without the acknowledged record"),
+    }
+    assert_eq!(
+        std::fs::read(&segment).unwrap(),
+        bytes,
+        "the refused start changed the journal"
+    );
+}
