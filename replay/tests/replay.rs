@@ -786,3 +786,21 @@ fn a_torn_record_the_newest_snapshot_holds_is_refused_and_left_alone() {
         "the refused start changed the journal"
     );
 }
+
+/// A snapshot syncs the journal first whatever its durability policy
+/// (`never` included): it must never describe records a power loss could
+/// still take from the journal.
+#[test]
+fn a_snapshot_syncs_the_journal_first_whatever_the_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = node_config(dir.path());
+    config.journal.durability = journal::Durability::Never;
+    let (mut node, _) = Node::open(config, T0).unwrap();
+    for stamped in &scenario()[..20] {
+        node.submit(stamped.ts_ms, stamped.command.clone()).unwrap();
+    }
+    node.commit().unwrap();
+    let before = node.journal_syncs().syncs;
+    node.snapshot().unwrap().unwrap();
+    assert_eq!(node.journal_syncs().syncs, before + 1);
+}
