@@ -804,3 +804,36 @@ fn a_snapshot_syncs_the_journal_first_whatever_the_policy() {
     node.snapshot().unwrap().unwrap();
     assert_eq!(node.journal_syncs().syncs, before + 1);
 }
+
+/// A command whose journal append fails (here a record larger than a
+/// segment holds) never reaches the state: the node keeps the state of
+/// before it and stops, and a restart rebuilds that same state.
+#[test]
+fn a_command_whose_append_fails_leaves_the_state_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_segments_config(dir.path());
+    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
+    for stamped in &scenario()[..10] {
+        node.submit(stamped.ts_ms, stamped.command.clone()).unwrap();
+    }
+    node.commit().unwrap();
+    let before = node.state().clone();
+    let huge = Command::Price {
+        symbol: "X".repeat(8192),
+        price_e8: 1,
+        t_ms: T0,
+    };
+    let err = node.submit(before.now_ms, huge).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            replay::NodeError::Journal(journal::JournalError::RecordTooLarge { .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(node.state(), &before);
+    assert!(node.is_stopped());
+    drop(node);
+    let (node, _) = Node::open(config, T0).unwrap();
+    assert_eq!(node.state(), &before);
+}
