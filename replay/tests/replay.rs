@@ -837,3 +837,21 @@ fn a_command_whose_append_fails_leaves_the_state_as_it_was() {
     let (node, _) = Node::open(config, T0).unwrap();
     assert_eq!(node.state(), &before);
 }
+
+/// The state as of a time names the checksum of its own last record (what
+/// a snapshot of it names, to be tied to the journal), not that of the
+/// first record past the time, which the replay read to find its end.
+#[test]
+fn the_state_as_of_a_time_names_the_checksum_of_its_last_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = run_live(dir.path(), &scenario(), None);
+    let journal_dir = dir.path().join("journal");
+    let at = replay(&journal_dir, None, Until::TimeMs(T0)).unwrap();
+    let seq = at.state.last_seq;
+    assert!(seq > 1 && seq < live.last_seq, "seq {seq}");
+    let mut reader = journal::Reader::open(&journal_dir).unwrap();
+    reader.seek(seq).unwrap();
+    let record = reader.next().unwrap().unwrap();
+    assert_eq!(record.seq, seq);
+    assert_eq!(at.last_record_crc, Some(record.crc));
+}
