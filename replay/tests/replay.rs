@@ -855,3 +855,25 @@ fn the_state_as_of_a_time_names_the_checksum_of_its_last_record() {
     assert_eq!(record.seq, seq);
     assert_eq!(at.last_record_crc, Some(record.crc));
 }
+
+/// The state as of the very time of a snapshot starts from that
+/// snapshot, not from an older one or the journal's start.
+#[test]
+fn the_state_as_of_a_snapshots_time_starts_from_that_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let commands = scenario();
+    let live = run_live(dir.path(), &commands, Some(commands.len() / 2));
+    let snapshots = dir.path().join("snapshots");
+    let (seq, path) = snapshot::list(&snapshots).remove(0);
+    let time = snapshot::load(&path).unwrap().now_ms;
+    assert!(time < live.now_ms);
+    let at = replay(
+        &dir.path().join("journal"),
+        Some(&snapshots),
+        Until::TimeMs(time),
+    )
+    .unwrap();
+    assert_eq!(at.from_snapshot, Some(seq));
+    assert!(at.state.last_seq >= seq);
+    assert_eq!(at.state.now_ms, time);
+}
