@@ -877,3 +877,32 @@ fn the_state_as_of_a_snapshots_time_starts_from_that_snapshot() {
     assert!(at.state.last_seq >= seq);
     assert_eq!(at.state.now_ms, time);
 }
+
+/// A history store removed (or lost) since the last snapshot holds
+/// nothing that snapshot may rely on: the next start replays the whole
+/// journal, which writes the store again, instead of going on from the
+/// snapshot with everything evicted before it lost.
+#[test]
+fn a_start_without_its_history_store_replays_the_whole_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = node_config(dir.path());
+    config.history_dir = Some(dir.path().join("history"));
+    run_all(&config);
+    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
+    node.snapshot().unwrap().unwrap();
+    let live = node.state().clone();
+    drop(node);
+    let (node, report) = Node::open(config.clone(), T0).unwrap();
+    assert_eq!(
+        report.from_snapshot,
+        Some(live.last_seq),
+        "the store holds it"
+    );
+    drop(node);
+    std::fs::remove_dir_all(dir.path().join("history")).unwrap();
+    let (node, report) = Node::open(config, T0).unwrap();
+    assert_eq!(report.from_snapshot, None);
+    assert_eq!(report.replayed, live.last_seq);
+    assert_eq!(node.state(), &live);
+    assert_eq!(node.history().unwrap().synced(), live.last_seq);
+}
