@@ -906,3 +906,31 @@ fn a_start_without_its_history_store_replays_the_whole_journal() {
     assert_eq!(node.state(), &live);
     assert_eq!(node.history().unwrap().synced(), live.last_seq);
 }
+
+/// A history store found damaged on a journal whose first segments were
+/// removed cannot be written anew (no replay from seq 1 is possible): it
+/// is kept as it is and the node starts from its snapshot, instead of the
+/// store being set aside with everything evicted before the trim, and the
+/// start then failing on the gap.
+#[test]
+fn a_damaged_history_store_of_a_trimmed_journal_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_segments_config(dir.path());
+    config.history_dir = Some(dir.path().join("history"));
+    run_all(&config);
+    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
+    node.snapshot().unwrap().unwrap();
+    let live = node.state().clone();
+    drop(node);
+    let files = segment_files(&dir.path().join("journal"));
+    assert!(files.len() >= 3, "{files:?}");
+    std::fs::remove_file(&files[0]).unwrap();
+    let history = dir.path().join("history");
+    std::fs::write(history.join("damaged"), "a read found it wrong").unwrap();
+    let (node, report) = Node::open(config, T0).unwrap();
+    assert_eq!(report.from_snapshot, Some(live.last_seq));
+    assert_eq!(node.state(), &live);
+    assert_eq!(node.history().unwrap().emptied(), None);
+    assert!(history.join("damaged").exists());
+    assert!(!history.join("set-aside-1").exists());
+}
