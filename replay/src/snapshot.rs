@@ -763,6 +763,24 @@ mod tests {
         }
     }
 
+    /// A header whose seq is not the one of the state the payload holds
+    /// (the seq is outside the payload's checksum: one damaged byte there)
+    /// is damage, never a state taken for another seq than its own.
+    #[test]
+    fn a_header_naming_another_seq_than_its_state_is_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = State {
+            last_seq: 77,
+            ..State::default()
+        };
+        let path = write(dir.path(), &mut state, None).unwrap();
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[16..24].copy_from_slice(&70u64.to_le_bytes());
+        fs::write(&path, &bytes).unwrap();
+        let reason = damaged(&path);
+        assert!(reason.contains("holds seq 77, header says 70"), "{reason}");
+    }
+
     fn history(orders: u64, fills: u64) -> State {
         use sequencer::types::{Action, ClientOrderId, OrderStatus, Outcome, TimeInForce};
         let order = |id: u64| Order {
