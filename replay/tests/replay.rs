@@ -934,3 +934,39 @@ fn a_damaged_history_store_of_a_trimmed_journal_is_kept() {
     assert!(history.join("damaged").exists());
     assert!(!history.join("set-aside-1").exists());
 }
+
+/// A journal cut back past the newest snapshot (damage cut away, with
+/// truncation allowed): that start sets the snapshot aside as `.stale`
+/// and says so, and the next start, truncation no longer allowed, goes on
+/// instead of refusing a snapshot past the journal's end.
+#[test]
+fn a_snapshot_past_a_journal_cut_back_is_set_aside_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = node_config(dir.path());
+    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
+    for stamped in &scenario()[..40] {
+        node.submit(stamped.ts_ms, stamped.command.clone()).unwrap();
+    }
+    node.commit().unwrap();
+    let held = node.state().last_seq;
+    let snapshot = node.snapshot().unwrap().unwrap();
+    drop(node);
+    let journal_dir = dir.path().join("journal");
+    let mut reader = journal::Reader::open(&journal_dir).unwrap();
+    reader.seek(held - 5).unwrap();
+    let (segment, offset) = {
+        let record = reader.next().unwrap().unwrap();
+        (record.segment, record.offset)
+    };
+    journal::truncate_after(&journal_dir, segment, offset).unwrap();
+    let mut truncating = config.clone();
+    truncating.journal.truncate_on_corruption = true;
+    let (node, report) = Node::open(truncating, T0).unwrap();
+    assert_eq!(node.state().last_seq, held - 6);
+    let stale = snapshot.with_extension("snap.stale");
+    assert_eq!(report.stale_snapshots, vec![stale.clone()]);
+    assert!(stale.exists() && !snapshot.exists());
+    drop(node);
+    let (node, _) = Node::open(config, T0).unwrap();
+    assert_eq!(node.state().last_seq, held - 6);
+}
