@@ -276,6 +276,20 @@ mod tests {
         }
     }
 
+    /// A seal that claims a payload (its checksum good) is not a seal: a
+    /// seal carries nothing, and a slot that says otherwise was not
+    /// written by this format.
+    #[test]
+    fn a_seal_that_claims_a_payload_is_bad() {
+        let mut seg = vec![0u8; 128];
+        seg[0..32].copy_from_slice(&encode_record_header(SEAL_MARKER, 9, 0, b"extra"));
+        seg[32..37].copy_from_slice(b"extra");
+        match decode_slot(&seg, 0, SEAL_MARKER) {
+            Slot::Bad(reason) => assert!(reason.contains("seal"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn zero_marker_is_unpublished_and_seal_is_recognised() {
         let seg = vec![0u8; 64];
