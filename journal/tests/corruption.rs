@@ -427,6 +427,39 @@ fn seq_gap_between_segments_is_an_error() {
     assert!(!path.exists());
 }
 
+/// A segment whose header starts at another seq than the records before
+/// it end (its records following on all the same) stops a reader there,
+/// at the header, as it stops open: readers (replay, the tools) never
+/// read on through a journal that open refuses.
+#[test]
+fn a_reader_stops_at_a_segment_header_that_breaks_the_seqs() {
+    let (dir, recs) = setup();
+    let first_in_2 = recs.iter().find(|r| r.segment == 2).unwrap().seq;
+    rewrite_header(dir.path(), 2, |h| {
+        h[24..32].copy_from_slice(&(first_in_2 + 5).to_le_bytes())
+    });
+    let mut r = Reader::open(dir.path()).unwrap();
+    let err = loop {
+        match r.next() {
+            Ok(Some(rec)) => assert!(rec.segment < 2, "seq {} of segment 2 was read", rec.seq),
+            Ok(None) => panic!("the reader reached the end"),
+            Err(e) => break e,
+        }
+    };
+    match err {
+        JournalError::SeqGap {
+            segment,
+            offset,
+            expected,
+            found,
+        } => {
+            assert_eq!((segment, offset), (seg_path(dir.path(), 2), 0));
+            assert_eq!((expected, found), (first_in_2, first_in_2 + 5));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn seq_gap_inside_a_segment_with_valid_crcs_is_an_error() {
     let (dir, recs) = setup();
