@@ -478,6 +478,16 @@ fn load_checked(
         )));
     }
     let (crc, seq, len) = (word(12..16) as u32, word(16..24), word(24..32));
+    // Snapshots are chosen by the seq in their name (`list`): one renamed
+    // by hand, or restored under another name, would give a state past
+    // the seq asked for.
+    if let Some(named) = named_seq(path) {
+        if named != seq {
+            return Err(damaged(format!(
+                "named for seq {named}, header says {seq} (renamed?)"
+            )));
+        }
+    }
     let payload = &map[HEADER_LEN..];
     if len != payload.len() as u64 {
         return Err(damaged(format!(
@@ -537,6 +547,16 @@ pub fn prune(dir: &Path, keep: usize) -> usize {
     removed
 }
 
+/// The seq a snapshot file's name gives (`{seq}.snap`), if it has such a
+/// name; a file named otherwise (given by its path) has none.
+fn named_seq(path: &Path) -> Option<u64> {
+    path.file_name()?
+        .to_str()?
+        .strip_suffix(".snap")?
+        .parse()
+        .ok()
+}
+
 /// Snapshot files in `dir` with their seq, newest first.
 pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -545,9 +565,8 @@ pub fn list(dir: &Path) -> Vec<(u64, PathBuf)> {
     let mut found: Vec<(u64, PathBuf)> = entries
         .filter_map(|e| e.ok())
         .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let seq = name.strip_suffix(".snap")?.parse().ok()?;
-            Some((seq, e.path()))
+            let path = e.path();
+            Some((named_seq(&path)?, path))
         })
         .collect();
     found.sort_by_key(|entry| std::cmp::Reverse(entry.0));
@@ -696,6 +715,30 @@ mod tests {
         }
     }
 
+    /// Snapshots are chosen by the seq in their name: one renamed to an
+    /// earlier seq would give a replay asked for that seq a later state.
+    #[test]
+    fn a_snapshot_renamed_to_another_seq_is_damaged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = State {
+            last_seq: 33,
+            ..State::default()
+        };
+        let path = write(dir.path(), &mut state, None).unwrap();
+        assert_eq!(named_seq(&path), Some(33));
+        let renamed = dir.path().join(file_name(23));
+        fs::rename(&path, &renamed).unwrap();
+        assert_eq!(list(dir.path()), [(23, renamed.clone())]);
+        assert_eq!(
+            damaged(&renamed),
+            "named for seq 23, header says 33 (renamed?)"
+        );
+        // Named otherwise (an auditor's copy), it is read for what it holds.
+        let copy = dir.path().join("copy.snap");
+        fs::rename(&renamed, &copy).unwrap();
+        assert_eq!(load(&copy).unwrap().last_seq, 33);
+    }
+
     #[test]
     fn load_reads_back_what_write_wrote_and_names_every_damage() {
         let dir = tempfile::tempdir().unwrap();
@@ -776,6 +819,8 @@ mod tests {
         let path = write(dir.path(), &mut state, None).unwrap();
         let mut bytes = fs::read(&path).unwrap();
         bytes[16..24].copy_from_slice(&70u64.to_le_bytes());
+        // Named as its header says (the name is checked first).
+        let path = dir.path().join(file_name(70));
         fs::write(&path, &bytes).unwrap();
         let reason = damaged(&path);
         assert!(reason.contains("holds seq 77, header says 70"), "{reason}");
