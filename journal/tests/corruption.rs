@@ -21,6 +21,19 @@ fn setup() -> (tempfile::TempDir, Vec<Owned>) {
     (dir, recs)
 }
 
+/// The error a reader stops at, reading the journal from its start; each
+/// record read before it goes to `each`. Reaching the end is a failure.
+fn reader_error(dir: &Path, mut each: impl FnMut(&journal::Record<'_>)) -> JournalError {
+    let mut r = Reader::open(dir).unwrap();
+    loop {
+        match r.next() {
+            Ok(Some(rec)) => each(&rec),
+            Ok(None) => panic!("the reader reached the end"),
+            Err(e) => return e,
+        }
+    }
+}
+
 /// The record in the middle of segment 1.
 fn middle_record(recs: &[Owned]) -> &Owned {
     let in_seg1: Vec<&Owned> = recs.iter().filter(|r| r.segment == 1).collect();
@@ -78,15 +91,8 @@ fn flipped_bit_in_a_middle_record_fails_open_naming_segment_and_offset() {
     assert_eq!(report.records, victim.seq - 1);
 
     // A reader stops at the same spot with the same error.
-    let mut r = Reader::open(dir.path()).unwrap();
     let mut last = 0;
-    let err = loop {
-        match r.next() {
-            Ok(Some(rec)) => last = rec.seq,
-            Ok(None) => panic!("reader reached the end"),
-            Err(e) => break e,
-        }
-    };
+    let err = reader_error(dir.path(), |rec| last = rec.seq);
     assert_eq!(last, victim.seq - 1);
     assert!(matches!(err, JournalError::Corrupt { offset, .. } if offset == victim.offset));
 
@@ -197,14 +203,9 @@ fn a_segment_of_another_format_version_is_refused_at_its_header() {
         (p.kind, p.segment_index, p.offset),
         (ProblemKind::BadSegmentHeader, 1, 0)
     );
-    let mut r = Reader::open(dir.path()).unwrap();
-    let err = loop {
-        match r.next() {
-            Ok(Some(rec)) => assert_eq!(rec.segment, 0, "a record of segment 1 was read"),
-            Ok(None) => panic!("the reader took segment 1 for the end"),
-            Err(e) => break e,
-        }
-    };
+    let err = reader_error(dir.path(), |rec| {
+        assert_eq!(rec.segment, 0, "a record of segment 1 was read")
+    });
     assert!(
         matches!(&err, JournalError::Corrupt { segment, offset: 0, .. } if *segment == path),
         "{err:?}"
@@ -253,14 +254,9 @@ fn a_reader_refuses_a_segment_cut_after_its_seal() {
         .expect("a segment with room after its seal");
     let path = seg_path(dir.path(), segment);
     cut_file(&path, seal + format::RECORD_HEADER_LEN as u64 + 16);
-    let mut r = Reader::open(dir.path()).unwrap();
-    let err = loop {
-        match r.next() {
-            Ok(Some(rec)) => assert!(rec.segment < segment, "a record of the cut one was read"),
-            Ok(None) => panic!("the reader reached the end"),
-            Err(e) => break e,
-        }
-    };
+    let err = reader_error(dir.path(), |rec| {
+        assert!(rec.segment < segment, "a record of the cut one was read")
+    });
     assert!(
         matches!(&err, JournalError::Corrupt { segment, offset: 0, .. } if *segment == path),
         "{err:?}"
@@ -297,14 +293,7 @@ fn a_middle_segment_that_lost_its_seal_is_damage_for_open_and_readers() {
         } => assert_eq!((segment, offset), (path.clone(), seal)),
         other => panic!("{other:?}"),
     }
-    let mut r = Reader::open(dir.path()).unwrap();
-    let err = loop {
-        match r.next() {
-            Ok(Some(_)) => {}
-            Ok(None) => panic!("the reader took the lost seal for the end"),
-            Err(e) => break e,
-        }
-    };
+    let err = reader_error(dir.path(), |_| {});
     match err {
         JournalError::Corrupt {
             segment, offset, ..
@@ -361,14 +350,7 @@ fn missing_middle_segment_is_an_error_or_a_cut() {
         .unwrap();
     assert_eq!(report.last_seq, Some(last_in_0));
     // A reader reaches the end of segment 0 and then reports the gap.
-    let mut r = Reader::open(dir.path()).unwrap();
-    let err = loop {
-        match r.next() {
-            Ok(Some(_)) => {}
-            Ok(None) => panic!("reader reached the end"),
-            Err(e) => break e,
-        }
-    };
+    let err = reader_error(dir.path(), |_| {});
     assert!(
         matches!(err, JournalError::MissingSegment { .. }),
         "{err:?}"
@@ -438,14 +420,9 @@ fn a_reader_stops_at_a_segment_header_that_breaks_the_seqs() {
     rewrite_header(dir.path(), 2, |h| {
         h[24..32].copy_from_slice(&(first_in_2 + 5).to_le_bytes())
     });
-    let mut r = Reader::open(dir.path()).unwrap();
-    let err = loop {
-        match r.next() {
-            Ok(Some(rec)) => assert!(rec.segment < 2, "seq {} of segment 2 was read", rec.seq),
-            Ok(None) => panic!("the reader reached the end"),
-            Err(e) => break e,
-        }
-    };
+    let err = reader_error(dir.path(), |rec| {
+        assert!(rec.segment < 2, "seq {} of segment 2 was read", rec.seq)
+    });
     match err {
         JournalError::SeqGap {
             segment,
