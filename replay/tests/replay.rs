@@ -684,6 +684,15 @@ fn run_all(config: &replay::NodeConfig) -> State {
     node.state().clone()
 }
 
+/// [`run_all`], then a snapshot by a node reopened on the journal; the
+/// state it holds.
+fn run_all_and_snapshot(config: &replay::NodeConfig) -> State {
+    run_all(config);
+    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
+    node.snapshot().unwrap().unwrap();
+    node.state().clone()
+}
+
 /// A journal whose first segments were removed (an operator's trim)
 /// does not replay without a snapshot that reaches its first record: the
 /// replay stops naming the gap, instead of applying the records that are
@@ -887,11 +896,7 @@ fn a_start_without_its_history_store_replays_the_whole_journal() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = node_config(dir.path());
     config.history_dir = Some(dir.path().join("history"));
-    run_all(&config);
-    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
-    node.snapshot().unwrap().unwrap();
-    let live = node.state().clone();
-    drop(node);
+    let live = run_all_and_snapshot(&config);
     let (node, report) = Node::open(config.clone(), T0).unwrap();
     assert_eq!(
         report.from_snapshot,
@@ -917,11 +922,7 @@ fn a_damaged_history_store_of_a_trimmed_journal_is_kept() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = small_segments_config(dir.path());
     config.history_dir = Some(dir.path().join("history"));
-    run_all(&config);
-    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
-    node.snapshot().unwrap().unwrap();
-    let live = node.state().clone();
-    drop(node);
+    let live = run_all_and_snapshot(&config);
     let files = segment_files(&dir.path().join("journal"));
     assert!(files.len() >= 3, "{files:?}");
     std::fs::remove_file(&files[0]).unwrap();
