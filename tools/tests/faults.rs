@@ -877,12 +877,14 @@ fn a_full_disk_stops_orders_with_503_and_damages_nothing() {
                         }
                         503 => {
                             // A place has a client_order_id: the message
-                            // says to retry with it.
-                            resp.err_msg(
-                                503,
-                                "EXCHANGE_UNAVAILABLE",
-                                "The exchange cannot record orders right now; \
-                                 retry with the same client_order_id.",
+                            // says to retry with it, whether the append
+                            // was refused ("cannot record orders") or its
+                            // batch's commit failed ("could not be
+                            // confirmed"), which depends on the moment.
+                            let message = resp.err(503, "EXCHANGE_UNAVAILABLE");
+                            assert!(
+                                message.ends_with("; retry with the same client_order_id."),
+                                "{message}"
                             );
                             full.store(true, Ordering::SeqCst);
                             after += 1;
