@@ -1633,3 +1633,94 @@ fn replay_market_reads_a_settled_markets_trades_from_the_history_store() {
         "{bare}"
     );
 }
+
+/// A copy of a simulated journal written by its own node (which journals
+/// its opening commands itself, as the original's did): each command after
+/// those as `edit` returns it, up to seq `until` when given.
+fn copy_journal(
+    run: &SimRun,
+    dir: &Path,
+    until: Option<u64>,
+    mut edit: impl FnMut(&Stamped) -> Cmd,
+) {
+    let (mut copy, _) = Node::open(node_config(dir), SIM_T0).unwrap();
+    let opened = copy.state().last_seq as usize;
+    for s in run.stamped.iter().skip(opened) {
+        if until.is_some_and(|u| s.seq > u) {
+            break;
+        }
+        copy.submit(s.ts_ms, edit(s)).unwrap();
+        copy.drain_events();
+    }
+    copy.commit().unwrap();
+}
+
+/// The first `n` place_order seqs past `after` whose client_order_id can
+/// take one more character (to rename them in a copy).
+fn renaming(run: &SimRun, after: u64, n: usize) -> Vec<u64> {
+    run.stamped
+        .iter()
+        .filter(|s| s.seq > after)
+        .filter_map(|s| match &s.command {
+            Cmd::PlaceOrder { order, .. } => {
+                let text = format!("{}x", order.client_order_id.as_str());
+                sequencer::types::ClientOrderId::new(&text).map(|_| s.seq)
+            }
+            _ => None,
+        })
+        .take(n)
+        .collect()
+}
+
+/// Two journals whose commands differ at several seqs without their events
+/// differing (client_order_ids): `replay --compare` names the first of
+/// them (the one to look at first), in its text and its JSON, not the last.
+#[test]
+fn a_comparison_names_the_first_of_several_commands_that_differ_with_the_same_events() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let renamed = renaming(&run, 5000, 3);
+    assert_eq!(renamed.len(), 3);
+    let other = tempfile::tempdir().unwrap();
+    copy_journal(&run, other.path(), None, |s| {
+        let mut command = s.command.clone();
+        if let Cmd::PlaceOrder { order, .. } = &mut command {
+            if renamed.contains(&s.seq) {
+                let text = format!("{}x", order.client_order_id.as_str());
+                order.client_order_id = sequencer::types::ClientOrderId::new(&text).unwrap();
+            }
+        }
+        command
+    });
+    let until = (renamed[2] + 10).to_string();
+    let args = [
+        "replay",
+        "--data-dir",
+        &d,
+        "--compare",
+        p(other.path()),
+        "--until-seq",
+        &until,
+    ];
+    // (Resting orders keep their client_order_id: the final states differ
+    // too, which the comparison says beside.)
+    let (ok, out, _) = updown(&args);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "the commands first differ at seq {}, with the same events",
+            renamed[0]
+        )),
+        "{out}"
+    );
+    let mut json = args.to_vec();
+    json.push("--json");
+    let (ok, out, _) = updown(&json);
+    assert!(!ok);
+    let report = json_one(&out);
+    assert_eq!(
+        report["first_command_difference_seq"], renamed[0],
+        "{report}"
+    );
+}
