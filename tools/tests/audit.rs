@@ -1724,3 +1724,37 @@ fn a_comparison_names_the_first_of_several_commands_that_differ_with_the_same_ev
         "{report}"
     );
 }
+
+/// A journal that is the other's first records only: `replay --compare`
+/// exits 1 naming the shorter journal and the last seq it holds, in its
+/// text and its JSON (`ends_after_seq`).
+#[test]
+fn a_comparison_with_a_journal_cut_short_names_its_last_seq() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let cut = 6000u64;
+    let short = tempfile::tempdir().unwrap();
+    copy_journal(&run, short.path(), Some(cut), |s| s.command.clone());
+    let short_journal = short.path().join("journal");
+    let args = ["replay", "--data-dir", &d, "--compare", p(short.path())];
+    assert_eq!(updown_status(&args), Some(1));
+    let (_, out, _) = updown(&args);
+    assert!(
+        out.contains(&format!(
+            "DIFFERENT: {} ends after seq {cut}; {} goes on with seq {}",
+            short_journal.display(),
+            run.dir.path().join("journal").display(),
+            cut + 1
+        )),
+        "{out}"
+    );
+    let mut json = args.to_vec();
+    json.push("--json");
+    let (ok, out, _) = updown(&json);
+    assert!(!ok);
+    let report = json_one(&out);
+    assert_eq!(report["result"], "different", "{report}");
+    assert_eq!(report["ends_after_seq"], cut, "{report}");
+    assert_eq!(report["shorter"], p(&short_journal), "{report}");
+}
