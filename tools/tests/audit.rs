@@ -1758,3 +1758,36 @@ fn a_comparison_with_a_journal_cut_short_names_its_last_seq() {
     assert_eq!(report["ends_after_seq"], cut, "{report}");
     assert_eq!(report["shorter"], p(&short_journal), "{report}");
 }
+
+/// `--from-time T` where T is the time of a snapshot's own last command
+/// shows every record stamped at T, those the snapshot holds too: the
+/// replay alongside starts before them (from the snapshot, they were left
+/// out).
+#[test]
+fn a_time_range_from_a_snapshots_own_time_shows_the_records_stamped_then() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let at = run.stamped[run.snapshot_seq as usize - 1].ts_ms;
+    let t = at.to_string();
+    let shown = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        &d,
+        "--json",
+        "--from-time",
+        &t,
+        "--to-time",
+        &t,
+    ]));
+    let expected: Vec<u64> = run
+        .stamped
+        .iter()
+        .filter(|s| s.ts_ms == at)
+        .map(|s| s.seq)
+        .collect();
+    assert!(expected.contains(&run.snapshot_seq));
+    assert_eq!(seqs(&shown), expected);
+    assert!(shown.iter().all(|l| l["result"].is_object()), "replayed");
+}
