@@ -1791,3 +1791,27 @@ fn a_time_range_from_a_snapshots_own_time_shows_the_records_stamped_then() {
     assert_eq!(seqs(&shown), expected);
     assert!(shown.iter().all(|l| l["result"].is_object()), "replayed");
 }
+
+/// `--from-seq S` where S is a snapshot's own seq shows the record S (the
+/// replay alongside starts from an older snapshot, not from the one that
+/// already holds S).
+#[test]
+fn a_seq_range_from_a_snapshots_own_seq_shows_that_record() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let s = run.snapshot_seq.to_string();
+    let shown = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        &d,
+        "--json",
+        "--from-seq",
+        &s,
+        "--to-seq",
+        &s,
+    ]));
+    assert_eq!(seqs(&shown), vec![run.snapshot_seq]);
+    assert!(shown[0]["result"].is_object(), "{}", shown[0]);
+}
