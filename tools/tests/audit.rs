@@ -1815,3 +1815,58 @@ fn a_seq_range_from_a_snapshots_own_seq_shows_that_record() {
     assert_eq!(seqs(&shown), vec![run.snapshot_seq]);
     assert!(shown[0]["result"].is_object(), "{}", shown[0]);
 }
+
+/// `journal stats` counts, for each market, the orders refused and the
+/// contracts traded (a trade's count, not one per trade), as the records
+/// and their events say.
+#[test]
+fn stats_counts_the_refused_orders_and_the_contracts_traded_of_each_market() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let lines = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        &d,
+        "--json",
+        "--events",
+    ]));
+    let mut refused: BTreeMap<String, u64> = BTreeMap::new();
+    let mut contracts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut trades = 0;
+    for l in &lines {
+        if l["kind"] == "place_order" && l["result"]["status"] == "rejected" {
+            if let Some(t) = l["context"]["market_ticker"].as_str() {
+                *refused.entry(t.to_string()).or_default() += 1;
+            }
+        }
+        for e in l["events"].as_array().unwrap() {
+            if e["event"] == "trade" {
+                trades += 1;
+                let count: u64 = e["count"].as_str().unwrap().parse().unwrap();
+                *contracts
+                    .entry(e["market_ticker"].as_str().unwrap().to_string())
+                    .or_default() += count;
+            }
+        }
+    }
+    assert!(!refused.is_empty(), "the simulation has refused orders");
+    assert!(
+        contracts.values().sum::<u64>() > trades,
+        "some trade is of several contracts"
+    );
+    let stats = json_one(&updown_ok(&[
+        "journal",
+        "stats",
+        "--data-dir",
+        &d,
+        "--json",
+    ]));
+    for (ticker, n) in &refused {
+        assert_eq!(stats["markets"][ticker]["rejected"], *n, "{ticker}");
+    }
+    for (ticker, n) in &contracts {
+        assert_eq!(stats["markets"][ticker]["contracts"], *n, "{ticker}");
+    }
+}
