@@ -1870,3 +1870,23 @@ fn stats_counts_the_refused_orders_and_the_contracts_traded_of_each_market() {
         assert_eq!(stats["markets"][ticker]["contracts"], *n, "{ticker}");
     }
 }
+
+/// `journal verify --json` names the journal's first and last stamps, as
+/// its text does.
+#[test]
+fn verify_names_the_first_and_last_stamps() {
+    let mut run = simulate(7, 3_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let (first, last) = (run.stamped[0].ts_ms, run.stamped.last().unwrap().ts_ms);
+    assert!(first < last);
+    let v = json_one(&updown_ok(&[
+        "journal",
+        "verify",
+        "--data-dir",
+        &d,
+        "--json",
+    ]));
+    assert_eq!(v["first_ts_ms"], first, "{v}");
+    assert_eq!(v["last_ts_ms"], last, "{v}");
+}
