@@ -1890,3 +1890,25 @@ fn verify_names_the_first_and_last_stamps() {
     assert_eq!(v["first_ts_ms"], first, "{v}");
     assert_eq!(v["last_ts_ms"], last, "{v}");
 }
+
+/// A snapshot of the journal's very last record (an operator's `updown
+/// snapshot`, a venue's snapshot at its stop) is no sign of lost records:
+/// `journal verify` says OK and exits 0.
+#[test]
+fn verify_accepts_a_snapshot_of_the_journals_last_record() {
+    let mut run = simulate(7, 3_000);
+    {
+        let mut node = run.node.take().unwrap();
+        node.commit().unwrap();
+        node.snapshot().unwrap();
+    }
+    let d = p(run.dir.path()).to_string();
+    let newest = snapshot::list(&run.dir.path().join("snapshots"))[0].0;
+    assert_eq!(newest, run.last_seq);
+    let (ok, out, err) = updown(&["journal", "verify", "--data-dir", &d]);
+    assert!(ok && out.starts_with("OK:"), "{out}{err}");
+    assert_eq!(
+        updown_status(&["journal", "verify", "--data-dir", &d]),
+        Some(0)
+    );
+}
