@@ -1912,3 +1912,48 @@ fn verify_accepts_a_snapshot_of_the_journals_last_record() {
         Some(0)
     );
 }
+
+/// A cancel that found its order already ended (its reply is the order,
+/// it emits nothing) reads as such: not as an idempotent retry of a
+/// placement, which only a place_order can be.
+#[test]
+fn a_cancel_of_an_ended_order_does_not_read_as_an_idempotent_retry() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let idle = idle_cancel(&d);
+    let s = idle["seq"].as_u64().unwrap().to_string();
+    let text = updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        &d,
+        "--from-seq",
+        &s,
+        "--to-seq",
+        &s,
+    ]);
+    assert!(
+        text.contains(" cancel_order ") && text.contains("=> order "),
+        "{text}"
+    );
+    assert!(!text.contains("idempotent retry"), "{text}");
+}
+
+/// The JSON line (with events) of a cancel_order whose order had already
+/// ended: its reply names the order, it emits nothing.
+fn idle_cancel(d: &str) -> Value {
+    json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        d,
+        "--json",
+        "--events",
+        "--kind",
+        "cancel_order",
+    ]))
+    .into_iter()
+    .find(|l| l["result"]["status"] == "order" && l["events"].as_array().is_some_and(Vec::is_empty))
+    .expect("the simulation sends a cancel of an ended order")
+}
