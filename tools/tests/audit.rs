@@ -1957,3 +1957,28 @@ fn idle_cancel(d: &str) -> Value {
     .find(|l| l["result"]["status"] == "order" && l["events"].as_array().is_some_and(Vec::is_empty))
     .expect("the simulation sends a cancel of an ended order")
 }
+
+/// `find --market T` finds a cancel of an order of T that had already
+/// ended: it emits nothing, so only its command says which market it is
+/// about.
+#[test]
+fn find_by_market_finds_a_cancel_of_an_ended_order_of_it() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let idle = idle_cancel(&d);
+    let ticker = idle["context"]["market_ticker"].as_str().unwrap();
+    let found = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        &d,
+        "--json",
+        "--market",
+        ticker,
+    ]));
+    assert!(
+        found.iter().any(|l| l["seq"] == idle["seq"]),
+        "{idle} not found by --market {ticker}"
+    );
+}
