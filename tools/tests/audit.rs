@@ -1982,3 +1982,49 @@ fn find_by_market_finds_a_cancel_of_an_ended_order_of_it() {
         "{idle} not found by --market {ticker}"
     );
 }
+
+/// `find --client-order-id C` finds the records that fill a resting order
+/// named C, placed by others (only the resting order's events name it).
+#[test]
+fn find_by_client_order_id_finds_the_fills_of_its_resting_order() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let lines = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        &d,
+        "--json",
+        "--events",
+        "--kind",
+        "place_order",
+    ]));
+    // A place_order whose events update an order other than the one it
+    // placed: a resting order it filled.
+    let (filling, cid) = lines
+        .iter()
+        .find_map(|l| {
+            let placed = l["result"]["order"]["order_id"].as_str()?;
+            let own = l["command"]["client_order_id"].as_str()?;
+            l["events"].as_array()?.iter().find_map(|e| {
+                let cid = e["client_order_id"].as_str()?;
+                (e["event"] == "order" && e["order_id"].as_str()? != placed && cid != own)
+                    .then(|| (l["seq"].clone(), cid.to_string()))
+            })
+        })
+        .expect("a resting order filled by another's place");
+    let found = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        &d,
+        "--json",
+        "--client-order-id",
+        &cid,
+    ]));
+    assert!(
+        found.iter().any(|l| l["seq"] == filling),
+        "seq {filling} not found by --client-order-id {cid}"
+    );
+}
