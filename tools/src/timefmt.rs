@@ -178,4 +178,15 @@ mod tests {
         assert_eq!(parse_duration_ms("10").unwrap(), 10_000);
         assert!(parse_duration_ms("0s").is_err());
     }
+
+    /// `journal stats --bucket 1h` (or `1d`, `500ms`) buckets by that
+    /// width, not by some other unit's.
+    #[test]
+    fn every_duration_unit_has_its_width() {
+        assert_eq!(parse_duration_ms("500ms").unwrap(), 500);
+        assert_eq!(parse_duration_ms("10s").unwrap(), 10_000);
+        assert_eq!(parse_duration_ms("15m").unwrap(), 900_000);
+        assert_eq!(parse_duration_ms("1h").unwrap(), 3_600_000);
+        assert_eq!(parse_duration_ms("2d").unwrap(), 172_800_000);
+    }
 }
