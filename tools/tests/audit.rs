@@ -2028,3 +2028,48 @@ fn find_by_client_order_id_finds_the_fills_of_its_resting_order() {
         "seq {filling} not found by --client-order-id {cid}"
     );
 }
+
+/// Writes `records` (kind in the header, stamp, command) straight into a
+/// journal at DIR/journal, as no venue would: for damage only a decoding
+/// check can see.
+fn write_raw(dir: &Path, records: &[(u16, u64, Cmd)]) {
+    let (mut journal, _) = journal::Journal::open(JournalConfig::new(dir.join("journal"))).unwrap();
+    for (i, (kind, ts_ms, command)) in records.iter().enumerate() {
+        let stamped = Stamped {
+            seq: i as u64 + 1,
+            ts_ms: *ts_ms,
+            command: command.clone(),
+        };
+        journal
+            .append(stamped.seq, *kind, &replay::codec::encode(&stamped))
+            .unwrap();
+    }
+    journal.commit().unwrap();
+}
+
+/// A record stamped before the one before it (every checksum right):
+/// `journal verify` says DAMAGED naming its seq, and exits 1.
+#[test]
+fn verify_finds_a_stamp_that_goes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let tick = Cmd::Tick.kind();
+    write_raw(
+        dir.path(),
+        &[
+            (tick, SIM_T0, Cmd::Tick),
+            (tick, SIM_T0 + 2000, Cmd::Tick),
+            (tick, SIM_T0 + 1000, Cmd::Tick),
+        ],
+    );
+    let d = p(dir.path());
+    let (ok, out, _) = updown(&["journal", "verify", "--data-dir", d]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("DAMAGED: record seq 3") && out.contains("goes back"),
+        "{out}"
+    );
+    assert_eq!(
+        updown_status(&["journal", "verify", "--data-dir", d]),
+        Some(1)
+    );
+}
