@@ -2073,3 +2073,34 @@ fn verify_finds_a_stamp_that_goes_back() {
         Some(1)
     );
 }
+
+/// A record whose header names another kind than its payload holds (every
+/// checksum right): `journal verify` says DAMAGED naming its seq, and
+/// exits 1 (`--kind` selections read the header's kind).
+#[test]
+fn verify_finds_a_header_kind_its_payload_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let deposit = Cmd::Deposit {
+        account: 1,
+        cents: 1,
+    }
+    .kind();
+    write_raw(
+        dir.path(),
+        &[
+            (Cmd::Tick.kind(), SIM_T0, Cmd::Tick),
+            (deposit, SIM_T0 + 1, Cmd::Tick),
+        ],
+    );
+    let d = p(dir.path());
+    let (ok, out, _) = updown(&["journal", "verify", "--data-dir", d]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("DAMAGED: record seq 2") && out.contains("header says kind"),
+        "{out}"
+    );
+    assert_eq!(
+        updown_status(&["journal", "verify", "--data-dir", d]),
+        Some(1)
+    );
+}
