@@ -2104,3 +2104,35 @@ fn verify_finds_a_header_kind_its_payload_is_not() {
         Some(1)
     );
 }
+
+/// `journal stats` counts, for each market, the cancels of its orders
+/// (a cancel_order by the order's market, a cancel_all by the one it names).
+#[test]
+fn stats_counts_the_cancels_of_each_market() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let lines = json_lines(&updown_ok(&["journal", "dump", "--data-dir", &d, "--json"]));
+    let mut cancels: BTreeMap<String, u64> = BTreeMap::new();
+    for l in &lines {
+        let ticker = match l["kind"].as_str().unwrap() {
+            "cancel_order" => l["context"]["market_ticker"].as_str(),
+            "cancel_all" => l["command"]["market"].as_str(),
+            _ => None,
+        };
+        if let Some(t) = ticker {
+            *cancels.entry(t.to_string()).or_default() += 1;
+        }
+    }
+    assert!(!cancels.is_empty(), "the simulation cancels");
+    let stats = json_one(&updown_ok(&[
+        "journal",
+        "stats",
+        "--data-dir",
+        &d,
+        "--json",
+    ]));
+    for (ticker, n) in &cancels {
+        assert_eq!(stats["markets"][ticker]["cancels"], *n, "{ticker}");
+    }
+}
