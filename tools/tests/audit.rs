@@ -2136,3 +2136,38 @@ fn stats_counts_the_cancels_of_each_market() {
         assert_eq!(stats["markets"][ticker]["cancels"], *n, "{ticker}");
     }
 }
+
+/// `journal find` takes a seq or time range alone as its selection (as its
+/// refusal without one says): the records of the range.
+#[test]
+fn find_takes_a_range_alone_as_its_selection() {
+    let mut run = simulate(7, 3_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let found = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        &d,
+        "--json",
+        "--from-seq",
+        "100",
+        "--to-seq",
+        "102",
+    ]));
+    assert_eq!(seqs(&found), vec![100, 101, 102]);
+    let t = run.stamped[500].ts_ms.to_string();
+    let found = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        &d,
+        "--json",
+        "--raw",
+        "--from-time",
+        &t,
+        "--to-time",
+        &t,
+    ]));
+    assert!(found.iter().any(|l| l["seq"] == 501), "{found:?}");
+}
