@@ -2171,3 +2171,33 @@ fn find_takes_a_range_alone_as_its_selection() {
     ]));
     assert!(found.iter().any(|l| l["seq"] == 501), "{found:?}");
 }
+
+/// Where the events first differ, `replay --compare` says whether the
+/// commands there differ too (a command inserted) or not (states that had
+/// diverged before).
+#[test]
+fn a_comparison_says_whether_the_commands_differ_where_the_events_first_do() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let at = 6001u64;
+    let other = tempfile::tempdir().unwrap();
+    copy_journal(&run, other.path(), None, |s| {
+        if s.seq == at {
+            Cmd::Deposit {
+                account: 1,
+                cents: 1,
+            }
+        } else {
+            s.command.clone()
+        }
+    });
+    let (ok, out, _) = updown(&["replay", "--data-dir", &d, "--compare", p(other.path())]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "the events first differ at seq {at} (and so do the commands)"
+        )),
+        "{out}"
+    );
+}
