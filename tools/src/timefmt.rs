@@ -189,4 +189,19 @@ mod tests {
         assert_eq!(parse_duration_ms("1h").unwrap(), 3_600_000);
         assert_eq!(parse_duration_ms("2d").unwrap(), 172_800_000);
     }
+
+    /// `--from-time 2026-11-21T16:00:00-05:00` is 21:00 UTC (a zone west of
+    /// UTC is behind it), and digits past the milliseconds are cut, not
+    /// read as more milliseconds.
+    #[test]
+    fn a_western_offset_and_long_fractions_give_the_utc_millisecond() {
+        assert_eq!(
+            parse_time("2026-11-21T16:00:00-05:00").unwrap(),
+            1_795_294_800_000
+        );
+        assert_eq!(
+            parse_time("2026-11-21T21:00:00.123999Z").unwrap(),
+            1_795_294_800_123
+        );
+    }
 }
