@@ -2201,3 +2201,32 @@ fn a_comparison_says_whether_the_commands_differ_where_the_events_first_do() {
         "{out}"
     );
 }
+
+/// `journal tail --to-time T -n N` prints the last N records stamped at or
+/// before T (not the journal's last N, which are past T, so nothing).
+#[test]
+fn tail_to_a_time_prints_the_last_records_before_it() {
+    let mut run = simulate(7, 3_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let at = run.stamped[1500].ts_ms;
+    let t = at.to_string();
+    let tail = json_lines(&updown_ok(&[
+        "journal",
+        "tail",
+        "--data-dir",
+        &d,
+        "--json",
+        "-n",
+        "3",
+        "--to-time",
+        &t,
+    ]));
+    let before: Vec<u64> = run
+        .stamped
+        .iter()
+        .filter(|s| s.ts_ms <= at)
+        .map(|s| s.seq)
+        .collect();
+    assert_eq!(seqs(&tail), before[before.len() - 3..].to_vec());
+}
