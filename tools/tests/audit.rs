@@ -2230,3 +2230,20 @@ fn tail_to_a_time_prints_the_last_records_before_it() {
         .collect();
     assert_eq!(seqs(&tail), before[before.len() - 3..].to_vec());
 }
+
+/// A replay from a snapshot of the journal's very last record warns of
+/// nothing: no record is missing (it said acknowledged records were).
+#[test]
+fn a_replay_from_a_snapshot_of_the_journals_last_record_does_not_warn() {
+    let mut run = simulate(7, 3_000);
+    {
+        let mut node = run.node.take().unwrap();
+        node.commit().unwrap();
+        node.snapshot().unwrap();
+    }
+    let d = p(run.dir.path()).to_string();
+    let (ok, out, err) = updown(&["replay", "--data-dir", &d, "--json"]);
+    assert!(ok, "{err}");
+    assert_eq!(json_one(&out)["from_snapshot"], run.last_seq, "{out}");
+    assert!(!err.contains("warning"), "{err}");
+}
