@@ -2247,3 +2247,19 @@ fn a_replay_from_a_snapshot_of_the_journals_last_record_does_not_warn() {
     assert_eq!(json_one(&out)["from_snapshot"], run.last_seq, "{out}");
     assert!(!err.contains("warning"), "{err}");
 }
+
+/// `replay --until-time T` with T before the journal's first command fails
+/// saying so, rather than print the summary of an empty venue as if it
+/// were the state at T.
+#[test]
+fn a_replay_until_a_time_before_the_first_command_fails_saying_so() {
+    let mut run = simulate(7, 1_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let before = (run.stamped[0].ts_ms - 1).to_string();
+    let args = ["replay", "--data-dir", d.as_str(), "--until-time", &before];
+    let (ok, out, err) = updown(&args);
+    assert!(!ok, "{out}");
+    assert!(err.contains("has no command at or before"), "{err}");
+    assert_eq!(updown_status(&args), Some(2));
+}
