@@ -2263,3 +2263,23 @@ fn a_replay_until_a_time_before_the_first_command_fails_saying_so() {
     assert!(err.contains("has no command at or before"), "{err}");
     assert_eq!(updown_status(&args), Some(2));
 }
+
+/// The replay summary's buying power is the cash less what orders hold, as
+/// the balance endpoint says.
+#[test]
+fn the_replay_summarys_buying_power_is_cash_less_what_is_held() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let summary = json_one(&updown_ok(&["replay", "--data-dir", &d, "--json"]));
+    let cents = |field: &str| -> i64 {
+        let text = summary["money"][field].as_str().unwrap();
+        (text.parse::<f64>().unwrap() * 100.0).round() as i64
+    };
+    assert!(cents("held") > 0, "{summary}");
+    assert_eq!(
+        cents("buying_power"),
+        cents("cash") - cents("held"),
+        "{summary}"
+    );
+}
