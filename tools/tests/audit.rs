@@ -2283,3 +2283,56 @@ fn the_replay_summarys_buying_power_is_cash_less_what_is_held() {
         "{summary}"
     );
 }
+
+/// `find --key K` finds the records that fill a resting order placed
+/// through K, sent through other keys (only the order's events name it).
+#[test]
+fn find_by_key_finds_the_fills_of_its_resting_orders() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let lines = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        &d,
+        "--json",
+        "--events",
+        "--kind",
+        "place_order",
+    ]));
+    let key_of_order: BTreeMap<String, u64> = lines
+        .iter()
+        .filter_map(|l| {
+            Some((
+                l["result"]["order"]["order_id"].as_str()?.to_string(),
+                l["command"]["key"].as_u64()?,
+            ))
+        })
+        .collect();
+    // A place_order through one key that updates an order placed through
+    // another: a resting order it filled.
+    let (filling, key) = lines
+        .iter()
+        .find_map(|l| {
+            let own = l["command"]["key"].as_u64()?;
+            l["events"].as_array()?.iter().find_map(|e| {
+                let key = *key_of_order.get(e["order_id"].as_str()?)?;
+                (e["event"] == "order" && key != own).then(|| (l["seq"].clone(), key))
+            })
+        })
+        .expect("a resting order filled through another key");
+    let found = json_lines(&updown_ok(&[
+        "journal",
+        "find",
+        "--data-dir",
+        &d,
+        "--json",
+        "--key",
+        &key.to_string(),
+    ]));
+    assert!(
+        found.iter().any(|l| l["seq"] == filling),
+        "seq {filling} not found by --key {key}"
+    );
+}
