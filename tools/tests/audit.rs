@@ -2336,3 +2336,39 @@ fn find_by_key_finds_the_fills_of_its_resting_orders() {
         "seq {filling} not found by --key {key}"
     );
 }
+
+/// `journal stats` counts the fills of each market: every fill event.
+#[test]
+fn stats_counts_the_fills_of_each_market() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let lines = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        &d,
+        "--json",
+        "--events",
+    ]));
+    let fills = lines
+        .iter()
+        .flat_map(|l| l["events"].as_array().unwrap())
+        .filter(|e| e["event"] == "fill")
+        .count() as u64;
+    assert!(fills > 0);
+    let stats = json_one(&updown_ok(&[
+        "journal",
+        "stats",
+        "--data-dir",
+        &d,
+        "--json",
+    ]));
+    let counted: u64 = stats["markets"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|m| m["fills"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, fills);
+}
