@@ -2372,3 +2372,30 @@ fn stats_counts_the_fills_of_each_market() {
         .sum();
     assert_eq!(counted, fills);
 }
+
+/// Each JSON line's `events_count` is the number of events the command
+/// caused (those `--events` lists).
+#[test]
+fn each_json_line_counts_its_events() {
+    let mut run = simulate(7, 3_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let lines = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        &d,
+        "--json",
+        "--events",
+    ]));
+    assert!(lines
+        .iter()
+        .any(|l| l["events_count"].as_u64().unwrap() > 0));
+    for l in &lines {
+        assert_eq!(
+            l["events_count"],
+            l["events"].as_array().unwrap().len(),
+            "{l}"
+        );
+    }
+}
