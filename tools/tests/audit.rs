@@ -2399,3 +2399,23 @@ fn each_json_line_counts_its_events() {
         );
     }
 }
+
+/// `journal stats --json` names the first and last stamps of the records
+/// selected, as its text does.
+#[test]
+fn stats_names_the_first_and_last_stamps() {
+    let mut run = simulate(7, 3_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let (first, last) = (run.stamped[0].ts_ms, run.stamped.last().unwrap().ts_ms);
+    assert!(first < last);
+    let stats = json_one(&updown_ok(&[
+        "journal",
+        "stats",
+        "--data-dir",
+        &d,
+        "--json",
+    ]));
+    assert_eq!(stats["first_ts_ms"], first, "{stats}");
+    assert_eq!(stats["last_ts_ms"], last, "{stats}");
+}
