@@ -2419,3 +2419,31 @@ fn stats_names_the_first_and_last_stamps() {
     assert_eq!(stats["first_ts_ms"], first, "{stats}");
     assert_eq!(stats["last_ts_ms"], last, "{stats}");
 }
+
+/// A refusal's JSON gives the HTTP status the venue answered with, the one
+/// its readable line shows (not 400 for every code).
+#[test]
+fn a_refusals_json_gives_the_http_status_its_line_shows() {
+    let mut run = simulate(7, 12_000);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    let lines = json_lines(&updown_ok(&["journal", "dump", "--data-dir", &d, "--json"]));
+    let text = updown_ok(&["journal", "dump", "--data-dir", &d]);
+    let text: Vec<&str> = text.lines().collect();
+    let mut statuses = std::collections::BTreeSet::new();
+    for (l, line) in lines.iter().zip(&text) {
+        if l["result"]["status"] == "rejected" {
+            let status = l["result"]["http_status"].as_u64().unwrap();
+            let code = l["result"]["code"].as_str().unwrap();
+            assert!(
+                line.contains(&format!("=> rejected {status} {code}")),
+                "{l}\n{line}"
+            );
+            statuses.insert(status);
+        }
+    }
+    assert!(
+        statuses.len() > 1,
+        "refusals of several statuses: {statuses:?}"
+    );
+}
