@@ -1871,26 +1871,6 @@ fn stats_counts_the_refused_orders_and_the_contracts_traded_of_each_market() {
     }
 }
 
-/// `journal verify --json` names the journal's first and last stamps, as
-/// its text does.
-#[test]
-fn verify_names_the_first_and_last_stamps() {
-    let mut run = simulate(7, 3_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
-    let (first, last) = (run.stamped[0].ts_ms, run.stamped.last().unwrap().ts_ms);
-    assert!(first < last);
-    let v = json_one(&updown_ok(&[
-        "journal",
-        "verify",
-        "--data-dir",
-        &d,
-        "--json",
-    ]));
-    assert_eq!(v["first_ts_ms"], first, "{v}");
-    assert_eq!(v["last_ts_ms"], last, "{v}");
-}
-
 /// A snapshot of the journal's very last record (an operator's `updown
 /// snapshot`, a venue's snapshot at its stop) is no sign of lost records:
 /// `journal verify` says OK and exits 0.
@@ -2400,24 +2380,20 @@ fn each_json_line_counts_its_events() {
     }
 }
 
-/// `journal stats --json` names the first and last stamps of the records
-/// selected, as its text does.
+/// `journal verify --json` and `journal stats --json` name the journal's
+/// first and last stamps, as their text does.
 #[test]
-fn stats_names_the_first_and_last_stamps() {
+fn verify_and_stats_name_the_first_and_last_stamps() {
     let mut run = simulate(7, 3_000);
     drop(run.node.take());
     let d = p(run.dir.path()).to_string();
     let (first, last) = (run.stamped[0].ts_ms, run.stamped.last().unwrap().ts_ms);
     assert!(first < last);
-    let stats = json_one(&updown_ok(&[
-        "journal",
-        "stats",
-        "--data-dir",
-        &d,
-        "--json",
-    ]));
-    assert_eq!(stats["first_ts_ms"], first, "{stats}");
-    assert_eq!(stats["last_ts_ms"], last, "{stats}");
+    for verb in ["verify", "stats"] {
+        let v = json_one(&updown_ok(&["journal", verb, "--data-dir", &d, "--json"]));
+        assert_eq!(v["first_ts_ms"], first, "{verb}: {v}");
+        assert_eq!(v["last_ts_ms"], last, "{verb}: {v}");
+    }
 }
 
 /// A refusal's JSON gives the HTTP status the venue answered with, the one
