@@ -157,9 +157,74 @@ fn not_durable() -> ApiError {
     )
 }
 
+/// What a write asks for, which decides the words of a 503 telling the
+/// caller that it may or may not have happened: a place is retried safely
+/// with its client_order_id; a cancel has none, and is safe to repeat (an
+/// order canceled once is not canceled twice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteKind {
+    Place,
+    Cancel,
+}
+
+impl WriteKind {
+    /// The queue to the sequencer stayed full.
+    fn busy(self) -> &'static str {
+        match self {
+            WriteKind::Place => "The exchange is busy; retry with the same client_order_id.",
+            WriteKind::Cancel => "The exchange is busy; retry the cancel.",
+        }
+    }
+
+    /// The sequencer has stopped taking work.
+    fn shutting_down(self) -> &'static str {
+        match self {
+            WriteKind::Place => {
+                "The exchange is shutting down; retry with the same client_order_id."
+            }
+            WriteKind::Cancel => "The exchange is shutting down; retry the cancel later.",
+        }
+    }
+
+    /// No answer within the gateway's timeout.
+    fn late(self) -> &'static str {
+        match self {
+            WriteKind::Place => {
+                "The order could not be confirmed in time; retry with the same client_order_id."
+            }
+            WriteKind::Cancel => {
+                "The cancel could not be confirmed in time; retry it (a cancel is safe to repeat)."
+            }
+        }
+    }
+
+    /// Applied, but its batch could not be made durable.
+    fn unconfirmed(self) -> &'static str {
+        match self {
+            WriteKind::Place => {
+                "The order could not be confirmed; retry with the same client_order_id."
+            }
+            WriteKind::Cancel => {
+                "The cancel could not be confirmed; retry it later (a cancel is safe to repeat)."
+            }
+        }
+    }
+
+    /// The journal refused the append: nothing was applied.
+    fn unrecorded(self) -> &'static str {
+        match self {
+            WriteKind::Place => {
+                "The exchange cannot record orders right now; retry with the same client_order_id."
+            }
+            WriteKind::Cancel => "The exchange cannot record changes right now; retry later.",
+        }
+    }
+}
+
 /// One unit of work for the sequencer thread.
 pub enum Job {
     Write {
+        kind: WriteKind,
         caller: Option<Caller>,
         steps: Box<dyn WriteSteps>,
         reply: oneshot::Sender<Written>,
@@ -196,17 +261,19 @@ impl Submitter {
                 Ok(()) => return Ok(()),
                 Err(TrySendError::Full(back)) => {
                     if Instant::now() >= deadline {
-                        return Err(ApiError::unavailable(
-                            "The exchange is busy; retry with the same client_order_id.",
-                        ));
+                        return Err(ApiError::unavailable(match &back {
+                            Job::Write { kind, .. } => kind.busy(),
+                            _ => "The exchange is busy; retry.",
+                        }));
                     }
                     job = back;
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
-                Err(TrySendError::Disconnected(_)) => {
-                    return Err(ApiError::unavailable(
-                        "The exchange is shutting down; retry with the same client_order_id.",
-                    ))
+                Err(TrySendError::Disconnected(job)) => {
+                    return Err(ApiError::unavailable(match job {
+                        Job::Write { kind, .. } => kind.shutting_down(),
+                        _ => "The exchange is shutting down; retry later.",
+                    }))
                 }
             }
         }
@@ -237,6 +304,7 @@ impl Submitter {
     /// reply (see `WriteSteps`).
     pub async fn write(
         &self,
+        kind: WriteKind,
         caller: Option<Caller>,
         build: impl FnOnce(&State, Option<KeyIdx>) -> Result<Command, ApiError> + Send + 'static,
         finish: impl FnOnce(&State, Reply) -> Finished + Send + 'static,
@@ -247,18 +315,13 @@ impl Submitter {
             finish: Some(finish),
         });
         self.push(Job::Write {
+            kind,
             caller,
             steps,
             reply,
         })
         .await?;
-        let (answer, steps) = self
-            .wait(
-                rx,
-                self.timeout,
-                "The order could not be confirmed in time; retry with the same client_order_id.",
-            )
-            .await?;
+        let (answer, steps) = self.wait(rx, self.timeout, kind.late()).await?;
         drop(steps);
         answer
     }
@@ -816,6 +879,7 @@ fn commit_loop(
 enum Pending {
     /// A write's answer: 503 instead when the batch was not made durable.
     Write {
+        kind: WriteKind,
         reply: oneshot::Sender<Written>,
         answer: Finished,
         wrote: bool,
@@ -837,15 +901,14 @@ impl Pending {
     fn send(self, committed: bool, durable: bool) {
         match self {
             Pending::Write {
+                kind,
                 reply,
                 answer,
                 wrote,
                 steps,
             } => {
                 let answer = if wrote && !committed {
-                    Err(ApiError::unavailable(
-                        "The order could not be confirmed; retry with the same client_order_id.",
-                    ))
+                    Err(ApiError::unavailable(kind.unconfirmed()))
                 } else {
                     answer
                 };
@@ -999,13 +1062,15 @@ impl Loop {
                 Pending::Read(read(self.node.state(), key))
             }
             Job::Write {
+                kind,
                 caller,
                 mut steps,
                 reply,
             } => {
-                let answer = self.write(caller.as_ref(), &mut *steps);
+                let answer = self.write(kind, caller.as_ref(), &mut *steps);
                 let wrote = answer.is_ok();
                 Pending::Write {
+                    kind,
                     reply,
                     answer,
                     wrote,
@@ -1015,7 +1080,12 @@ impl Loop {
         }
     }
 
-    fn write(&mut self, caller: Option<&Caller>, steps: &mut dyn WriteSteps) -> Finished {
+    fn write(
+        &mut self,
+        kind: WriteKind,
+        caller: Option<&Caller>,
+        steps: &mut dyn WriteSteps,
+    ) -> Finished {
         let key = self.authenticate(caller)?;
         let command = steps.build(self.node.state(), key)?;
         if let (Some(caller), Some(key)) = (caller, key) {
@@ -1023,7 +1093,6 @@ impl Loop {
                 self.rate_limit(key)?;
             }
         }
-        let places = matches!(command, Command::PlaceOrder { .. });
         let was_stopped = self.node.is_stopped();
         let ts = self.stamp();
         match self.node.submit(ts, command) {
@@ -1034,11 +1103,7 @@ impl Loop {
                 if !was_stopped {
                     tracing::error!(error = %e, "journal append failed");
                 }
-                Err(ApiError::unavailable(if places {
-                    "The exchange cannot record orders right now; retry with the same client_order_id."
-                } else {
-                    "The exchange cannot record changes right now; retry later."
-                }))
+                Err(ApiError::unavailable(kind.unrecorded()))
             }
         }
     }

@@ -1903,6 +1903,20 @@ fn a_retry_after_503_never_makes_a_second_order() {
         !unavailable.is_empty(),
         "no 503 in {sent} orders with a request timeout of 0"
     );
+    // Each late answer says what to do in the words of its kind: a place
+    // names its client_order_id (resent here: the same order), a cancel has
+    // none and is safe to repeat (one of an order that does not exist here,
+    // so that nothing changes when it is applied after the 503).
+    v.place(Some(&key), &body(unavailable[0])).err_msg(
+        503,
+        "EXCHANGE_UNAVAILABLE",
+        "The order could not be confirmed in time; retry with the same client_order_id.",
+    );
+    v.delete("/portfolio/orders/987654321", Some(&key)).err_msg(
+        503,
+        "EXCHANGE_UNAVAILABLE",
+        "The cancel could not be confirmed in time; retry it (a cancel is safe to repeat).",
+    );
 
     v.restart_with(|c| c.request_timeout_ms = 30_000);
     let confirmed: Vec<usize> = results

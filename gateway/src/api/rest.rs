@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use crate::api::json;
 use crate::api::parse::{order_body, Params};
 use crate::auth::{self, Lockout};
-use crate::engine::{Answer, AnswerBody, Finished, Submitter};
+use crate::engine::{Answer, AnswerBody, Finished, Submitter, WriteKind};
 use crate::error::ApiError;
 
 /// The route's one path segment as text; `None` when it cannot be read
@@ -482,6 +482,7 @@ async fn place_order(
     let answer = app
         .submitter
         .write(
+            WriteKind::Place,
             Some(caller),
             move |state: &sequencer::State, key: Option<KeyIdx>| {
                 let market = state
@@ -591,6 +592,7 @@ async fn cancel_order(
     let answer = app
         .submitter
         .write(
+            WriteKind::Cancel,
             Some(caller),
             move |_: &sequencer::State, key: Option<KeyIdx>| {
                 let order_id = parse_order_id(&id)?;
@@ -690,6 +692,7 @@ async fn cancel_all(
     let answer = app
         .submitter
         .write(
+            WriteKind::Cancel,
             Some(caller),
             move |_: &sequencer::State, key: Option<KeyIdx>| Ok(Command::CancelAll { key: key.expect("authenticated"), market, series }),
             |_: &sequencer::State, reply| match reply {
