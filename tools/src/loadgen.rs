@@ -247,13 +247,18 @@ const ROLL_POLL_MS: u64 = 50;
 /// simulator; a feed that has stopped is not polled for longer.
 const ROLL_WAIT_MAX_MS: u64 = 2_000;
 
+/// Whether the run trades `name`: every series when none was chosen.
+fn chosen(series: &[String], name: &str) -> bool {
+    series.is_empty() || series.iter().any(|s| s == name)
+}
+
 /// The markets to trade at `now_ms`: open, of the chosen series, taking
 /// orders (not in their close margin); with their close, for the traffic
 /// to stop at the margin by itself between two reads of the list.
 fn tradable(markets: &[OpenMarket], series: &[String], now_ms: u64) -> Vec<(String, u64)> {
     markets
         .iter()
-        .filter(|m| series.is_empty() || series.contains(&m.series))
+        .filter(|m| chosen(series, &m.series))
         .filter(|m| traffic::takes_orders(m.close_ts_ms, now_ms))
         .map(|m| (m.ticker.clone(), m.close_ts_ms))
         .collect()
@@ -275,10 +280,7 @@ impl Refresh {
     /// Takes a list read at `now_ms`; returns the wait, in ms, before the
     /// next read.
     fn wait_after(&mut self, markets: &[OpenMarket], series: &[String], now_ms: u64) -> u64 {
-        for m in markets
-            .iter()
-            .filter(|m| series.is_empty() || series.contains(&m.series))
-        {
+        for m in markets.iter().filter(|m| chosen(series, &m.series)) {
             let close = self.last_close.entry(m.series.clone()).or_insert(0);
             *close = (*close).max(m.close_ts_ms);
         }
@@ -820,7 +822,7 @@ fn run_checked(args: &LoadgenArgs) -> Result<()> {
                     .map(|m| m.series.clone())
                     .collect::<std::collections::BTreeSet<_>>()
                     .into_iter()
-                    .filter(|s| args.series.is_empty() || args.series.contains(s))
+                    .filter(|s| chosen(&args.series, s))
                     .collect();
                 let open: Vec<String> = markets.into_iter().map(|m| m.ticker).collect();
                 return Ok::<_, anyhow::Error>(((ok, series), open));

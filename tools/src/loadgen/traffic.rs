@@ -231,14 +231,19 @@ impl Traffic {
                 market: None,
             });
         }
-        let open: Vec<usize> = (0..self.markets.len())
-            .filter(|&m| takes_orders(self.markets[m].close_ts_ms, now_ms))
-            .collect();
-        if open.is_empty() {
+        // One of the markets taking orders, uniformly, without collecting
+        // them: this runs once per request.
+        let open = |m: &Market| takes_orders(m.close_ts_ms, now_ms);
+        let taking = self.markets.iter().filter(|m| open(m)).count();
+        if taking == 0 {
             return None;
         }
         let cross = roll >= 1.0 - self.mix.cross;
-        let m = open[self.rng.below(open.len() as u64) as usize];
+        let pick = self.rng.below(taking as u64) as usize;
+        let m = (0..self.markets.len())
+            .filter(|&m| open(&self.markets[m]))
+            .nth(pick)
+            .expect("counted above");
         // The fair price wanders a cent now and then.
         if self.rng.below(20) == 0 {
             let step: i32 = if self.rng.below(2) == 0 { -1 } else { 1 };
