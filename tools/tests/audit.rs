@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{copy_dir, http, updown, updown_status, Launch, Serve, BIN};
+use common::{copy_dir, http, updown, updown_exit, updown_status, Launch, Serve, BIN};
 use journal::{Durability, JournalConfig};
 use replay::{snapshot, Node, NodeConfig};
 use sequencer::query::OrderFilter;
@@ -1885,12 +1885,9 @@ fn verify_accepts_a_snapshot_of_the_journals_last_record() {
     let d = p(run.dir.path()).to_string();
     let newest = snapshot::list(&run.dir.path().join("snapshots"))[0].0;
     assert_eq!(newest, run.last_seq);
-    let (ok, out, err) = updown(&["journal", "verify", "--data-dir", &d]);
-    assert!(ok && out.starts_with("OK:"), "{out}{err}");
-    assert_eq!(
-        updown_status(&["journal", "verify", "--data-dir", &d]),
-        Some(0)
-    );
+    let (code, out, err) = updown_exit(&["journal", "verify", "--data-dir", &d]);
+    assert!(out.starts_with("OK:"), "{out}{err}");
+    assert_eq!(code, Some(0));
 }
 
 /// A cancel that found its order already ended (its reply is the order,
@@ -2042,16 +2039,12 @@ fn verify_finds_a_stamp_that_goes_back() {
         ],
     );
     let d = p(dir.path());
-    let (ok, out, _) = updown(&["journal", "verify", "--data-dir", d]);
-    assert!(!ok, "{out}");
+    let (code, out, _) = updown_exit(&["journal", "verify", "--data-dir", d]);
     assert!(
         out.contains("DAMAGED: record seq 3") && out.contains("goes back"),
         "{out}"
     );
-    assert_eq!(
-        updown_status(&["journal", "verify", "--data-dir", d]),
-        Some(1)
-    );
+    assert_eq!(code, Some(1), "{out}");
 }
 
 /// A record whose header names another kind than its payload holds (every
@@ -2073,16 +2066,12 @@ fn verify_finds_a_header_kind_its_payload_is_not() {
         ],
     );
     let d = p(dir.path());
-    let (ok, out, _) = updown(&["journal", "verify", "--data-dir", d]);
-    assert!(!ok, "{out}");
+    let (code, out, _) = updown_exit(&["journal", "verify", "--data-dir", d]);
     assert!(
         out.contains("DAMAGED: record seq 2") && out.contains("header says kind"),
         "{out}"
     );
-    assert_eq!(
-        updown_status(&["journal", "verify", "--data-dir", d]),
-        Some(1)
-    );
+    assert_eq!(code, Some(1), "{out}");
 }
 
 /// `journal stats` counts, for each market, the cancels of its orders

@@ -952,9 +952,15 @@ pub fn updown_status(args: &[&str]) -> Option<i32> {
 
 /// Runs `updown ARGS...`; (success, stdout, stderr).
 pub fn updown(args: &[&str]) -> (bool, String, String) {
+    let (code, out, err) = updown_exit(args);
+    (code == Some(0), out, err)
+}
+
+/// Runs `updown ARGS...`; (exit code, stdout, stderr).
+pub fn updown_exit(args: &[&str]) -> (Option<i32>, String, String) {
     let output = Command::new(BIN).args(args).output().expect("run updown");
     (
-        output.status.success(),
+        output.status.code(),
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
