@@ -1,0 +1,41 @@
+//! What the events and the reads say, field by field: the contents a
+//! websocket subscriber or a REST client sees, where the simulation's
+//! checks compare the state only with itself. Each test names the promise
+//! (SPEC.md, DESIGN.md or docs/) that it holds the venue to.
+
+use sequencer::event::Event;
+use sequencer::types::MarketId;
+use tests::harness::Venue;
+
+/// The ticker events of the last command, for one market.
+fn tickers(v: &Venue, market: MarketId) -> Vec<sequencer::event::Top> {
+    v.events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Ticker { market: m, top } if *m == market => Some(*top),
+            _ => None,
+        })
+        .collect()
+}
+
+/// SPEC ticker and Market: top of book on the Up scale. An Up ask is a
+/// Down bid (DESIGN §2): the Up ask is 1 - the best Down bid, and its size
+/// is the contracts at that Down level.
+#[test]
+fn the_ticker_shows_the_up_ask_as_one_minus_the_best_down_bid() {
+    use sequencer::event::Top;
+    let mut v = Venue::new();
+    let a = v.trader(100_00);
+    let market = v.market();
+    v.place(a, "buy up 0.40 x3").unwrap();
+    v.place(a, "buy down 0.30 x7").unwrap();
+    let want = Top {
+        up_bid: Some(40),
+        up_bid_size: 3,
+        up_ask: Some(70),
+        up_ask_size: 7,
+        last_price: None,
+    };
+    assert_eq!(tickers(&v, market), vec![want]);
+    assert_eq!(v.state.top(market), want, "the Market record's top");
+}
