@@ -39,3 +39,27 @@ fn the_ticker_shows_the_up_ask_as_one_minus_the_best_down_bid() {
     assert_eq!(tickers(&v, market), vec![want]);
     assert_eq!(v.state.top(market), want, "the Market record's top");
 }
+
+/// SPEC order states: a resting order "possibly part-filled". Its owner
+/// hears of each fill (user_orders): a maker filled in part gets an order
+/// event with the fill count, cost and hold it has now, still resting.
+#[test]
+fn a_maker_filled_in_part_gets_an_order_event() {
+    use sequencer::event::OrderUpdate;
+    use sequencer::types::OrderStatus;
+    let mut v = Venue::new();
+    let (a, b) = (v.trader(100_00), v.trader(100_00));
+    let maker = v.place(a, "buy up 0.40 x10").unwrap();
+    v.place(b, "buy down 0.60 x4").unwrap();
+    let updates: Vec<OrderUpdate> = v
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Order(o) if o.id == maker.id => Some(*o),
+            _ => None,
+        })
+        .collect();
+    let now = *v.state.order(maker.id).unwrap();
+    assert_eq!((now.status, now.filled), (OrderStatus::Resting, 4));
+    assert_eq!(updates, vec![OrderUpdate::of(&now)]);
+}
