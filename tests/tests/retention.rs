@@ -319,3 +319,34 @@ fn a_page_filled_by_live_fills_alone_still_leads_to_the_stored_ones() {
     assert_eq!((page.items.len(), page.cursor), (3, None));
     assert_eq!(page.rest.map(|r| r.wanted), Some(7));
 }
+
+/// docs/history-store.md: the live state keeps "orders ended less than
+/// `tail_ms` ago". An order that rested for longer than the tail and then
+/// filled ended at its fill: it stays live for a tail after the fill, not
+/// after its creation.
+#[test]
+fn an_order_that_rested_past_the_tail_stays_a_tail_after_it_fills() {
+    let mut v = venue();
+    let (a, b) = (v.trader(100_00), v.trader(100_00));
+    let maker = v.place(a, "buy up 0.40 x1").unwrap();
+    v.advance(3 * TAIL_MS);
+    v.place(b, "buy down 0.60 x1").unwrap();
+    assert_eq!(
+        v.state.order(maker.id).unwrap().status,
+        OrderStatus::Executed
+    );
+    v.advance(TAIL_MS / 2);
+    assert!(
+        matches!(
+            v.state.query_order(a.key, maker.id),
+            Ok(OrderLookup::Live(o)) if o.status == OrderStatus::Executed
+        ),
+        "filled {} ms ago, within the tail",
+        TAIL_MS / 2
+    );
+    v.advance(TAIL_MS);
+    assert!(matches!(
+        v.state.query_order(a.key, maker.id),
+        Ok(OrderLookup::InHistory { .. })
+    ));
+}
