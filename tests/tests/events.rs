@@ -63,3 +63,37 @@ fn a_maker_filled_in_part_gets_an_order_event() {
     assert_eq!((now.status, now.filled), (OrderStatus::Resting, 4));
     assert_eq!(updates, vec![OrderUpdate::of(&now)]);
 }
+
+/// SPEC Fill `ts_ms` and the public trade: both carry the time the trade
+/// happened, not the time either order was placed; the fills and trades
+/// reads say the same.
+#[test]
+fn fills_and_trades_carry_the_time_of_the_trade() {
+    let mut v = Venue::new();
+    let (a, b) = (v.trader(100_00), v.trader(100_00));
+    v.place(a, "buy up 0.40 x1").unwrap();
+    v.now += 1_234;
+    v.place(b, "buy down 0.60 x1").unwrap();
+    let traded = v.now;
+    let mut fills = 0;
+    for event in &v.events {
+        match event {
+            Event::Fill(f) => {
+                fills += 1;
+                assert_eq!(f.ts_ms, traded, "{f:?}");
+            }
+            Event::Trade(t) => assert_eq!(t.ts_ms, traded, "{t:?}"),
+            _ => {}
+        }
+    }
+    assert_eq!(fills, 2);
+    for trader in [a, b] {
+        let page = v.state.query_fills(trader.key, None, None, None).unwrap();
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.items[0].ts_ms, traded);
+    }
+    let ticker = v.state.markets[v.market() as usize].ticker.clone();
+    let trades = v.state.query_trades(&ticker, None, None).unwrap();
+    assert_eq!(trades.items.len(), 1);
+    assert_eq!(trades.items[0].ts_ms, traded);
+}
