@@ -5,7 +5,7 @@
 
 use sequencer::event::Event;
 use sequencer::types::MarketId;
-use tests::harness::Venue;
+use tests::harness::{Venue, T0, WINDOW_MS};
 
 /// The ticker events of the last command, for one market.
 fn tickers(v: &Venue, market: MarketId) -> Vec<sequencer::event::Top> {
@@ -96,4 +96,36 @@ fn fills_and_trades_carry_the_time_of_the_trade() {
     let trades = v.state.query_trades(&ticker, None, None).unwrap();
     assert_eq!(trades.items.len(), 1);
     assert_eq!(trades.items[0].ts_ms, traded);
+}
+
+/// SPEC Market `settled_ts_ms`, DESIGN §2: set when the market settles,
+/// which is when the first print at or after the close arrives; that may
+/// be well after the close (docs/history-store.md keeps the book and
+/// trades a tail after this time).
+#[test]
+fn settled_ts_ms_is_when_the_settlement_print_arrived() {
+    use sequencer::event::Phase;
+    use sequencer::types::MarketStatus;
+    let mut v = Venue::new();
+    let market = v.market();
+    v.advance(WINDOW_MS);
+    assert_eq!(
+        v.state.markets[market as usize].status,
+        MarketStatus::Closed
+    );
+    v.now += 5_000;
+    v.print(101);
+    let settled_at = T0 + WINDOW_MS + 5_000;
+    let m = &v.state.markets[market as usize];
+    assert_eq!(m.status, MarketStatus::Settled);
+    assert_eq!(m.settled_ts_ms, Some(settled_at));
+    let lifecycle = v.events.iter().find_map(|e| match e {
+        Event::Lifecycle {
+            market: m,
+            phase: Phase::Settled { .. },
+            ts_ms,
+        } if *m == market => Some(*ts_ms),
+        _ => None,
+    });
+    assert_eq!(lifecycle, Some(settled_at));
 }
