@@ -129,3 +129,28 @@ fn settled_ts_ms_is_when_the_settlement_print_arrived() {
     });
     assert_eq!(lifecycle, Some(settled_at));
 }
+
+/// The public trades read (GET /markets/{ticker}/trades, DESIGN §5 lists as
+/// `{ things, cursor }`): newest first, and the cursor of a page gives the
+/// trades older than that page, each once; the last page has no cursor.
+#[test]
+fn public_trades_page_newest_first_each_trade_once() {
+    let mut v = Venue::new();
+    let (a, b) = (v.trader(100_00), v.trader(100_00));
+    for _ in 0..5 {
+        v.place(a, "buy up 0.50 x1").unwrap();
+        v.place(b, "buy down 0.50 x1").unwrap();
+    }
+    let ticker = v.state.markets[v.market() as usize].ticker.clone();
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    for expected in [vec![5, 4], vec![3, 2], vec![1]] {
+        let page = v.state.query_trades(&ticker, Some(2), cursor).unwrap();
+        let ids: Vec<u64> = page.items.iter().map(|t| t.trade_id).collect();
+        assert_eq!(ids, expected, "after cursor {cursor:?}");
+        seen.extend(ids);
+        cursor = page.cursor;
+    }
+    assert_eq!(cursor, None, "the last page has no cursor");
+    assert_eq!(seen, vec![5, 4, 3, 2, 1]);
+}
