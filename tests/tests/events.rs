@@ -154,3 +154,27 @@ fn public_trades_page_newest_first_each_trade_once() {
     assert_eq!(cursor, None, "the last page has no cursor");
     assert_eq!(seen, vec![5, 4, 3, 2, 1]);
 }
+
+/// SPEC fills: "Pass the cursor back to get older fills." A page that ends
+/// exactly at the account's oldest fill has no cursor: there is nothing
+/// older to get.
+#[test]
+fn a_fills_page_that_ends_at_the_oldest_fill_has_no_cursor() {
+    let mut v = Venue::new();
+    let (a, b) = (v.trader(100_00), v.trader(100_00));
+    for _ in 0..4 {
+        v.place(a, "buy up 0.50 x1").unwrap();
+        v.place(b, "buy down 0.50 x1").unwrap();
+    }
+    let all = v.state.query_fills(a.key, None, Some(4), None).unwrap();
+    assert_eq!(all.items.len(), 4);
+    assert_eq!(all.cursor, None);
+    let first = v.state.query_fills(a.key, None, Some(2), None).unwrap();
+    assert!(first.cursor.is_some());
+    let last = v
+        .state
+        .query_fills(a.key, None, Some(2), first.cursor)
+        .unwrap();
+    assert_eq!(last.items.len(), 2);
+    assert_eq!(last.cursor, None);
+}
