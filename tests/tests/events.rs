@@ -178,3 +178,23 @@ fn a_fills_page_that_ends_at_the_oldest_fill_has_no_cursor() {
     assert_eq!(last.items.len(), 2);
     assert_eq!(last.cursor, None);
 }
+
+/// The REST order book (DESIGN §5) with a depth: that many levels a side,
+/// best first, and still the checksum of the whole book (SPEC: the same
+/// checksum as the websocket for the same book).
+#[test]
+fn the_order_book_read_honours_its_depth_and_keeps_the_whole_checksum() {
+    let mut v = Venue::new();
+    let a = v.trader(100_00);
+    v.place(a, "buy up 0.40 x3").unwrap();
+    v.place(a, "buy up 0.41 x2").unwrap();
+    v.place(a, "buy down 0.30 x7").unwrap();
+    v.place(a, "buy down 0.20 x1").unwrap();
+    let ticker = v.state.markets[v.market() as usize].ticker.clone();
+    let whole = v.state.query_orderbook(&ticker, None).unwrap();
+    let top = v.state.query_orderbook(&ticker, Some(1)).unwrap();
+    assert_eq!(top.up, vec![(41, 2)]);
+    assert_eq!(top.down, vec![(30, 7)]);
+    assert_eq!(whole.up, vec![(41, 2), (40, 3)]);
+    assert_eq!(top.checksum, whole.checksum);
+}
