@@ -5,7 +5,8 @@
 
 use sequencer::event::Event;
 use sequencer::types::MarketId;
-use tests::harness::{Venue, T0, WINDOW_MS};
+use sequencer::{Command, Reply};
+use tests::harness::{Venue, SERIES, T0, WINDOW_MS};
 
 /// The ticker events of the last command, for one market.
 fn tickers(v: &Venue, market: MarketId) -> Vec<sequencer::event::Top> {
@@ -197,4 +198,38 @@ fn the_order_book_read_honours_its_depth_and_keeps_the_whole_checksum() {
     assert_eq!(top.down, vec![(30, 7)]);
     assert_eq!(whole.up, vec![(41, 2), (40, 3)]);
     assert_eq!(top.checksum, whole.checksum);
+}
+
+/// SPEC cancel-all: `series_ticker` narrows the cancel to that series. A
+/// series whose ticker is the start of another's (`btc` and `btc-1m`) is a
+/// different series: its filter leaves the other's orders resting.
+#[test]
+fn cancel_all_by_series_takes_only_that_exact_series() {
+    use sequencer::types::OrderStatus;
+    let mut v = Venue::new();
+    let a = v.trader(100_00);
+    let order = v.place(a, "buy up 0.30 x1").unwrap();
+    for series in ["btc", "btc-1"] {
+        let reply = v.run(Command::CancelAll {
+            key: a.key,
+            market: None,
+            series: Some(series.into()),
+        });
+        assert_eq!(reply, Reply::Canceled { order_ids: vec![] }, "{series}");
+    }
+    assert_eq!(
+        v.state.order(order.id).unwrap().status,
+        OrderStatus::Resting
+    );
+    let reply = v.run(Command::CancelAll {
+        key: a.key,
+        market: None,
+        series: Some(SERIES.into()),
+    });
+    assert_eq!(
+        reply,
+        Reply::Canceled {
+            order_ids: vec![order.id]
+        }
+    );
 }
