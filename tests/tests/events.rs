@@ -233,3 +233,25 @@ fn cancel_all_by_series_takes_only_that_exact_series() {
         }
     );
 }
+
+/// The publisher rebuilds each order event into the whole Order record
+/// (user_orders) from a state after it: the record must be the order as it
+/// stood at the event, not as it stands later. A resting order's event,
+/// read after the order filled in part, still shows no fills.
+#[test]
+fn an_order_event_read_later_shows_the_order_as_it_stood() {
+    let mut v = Venue::new();
+    let (a, b) = (v.trader(100_00), v.trader(100_00));
+    let placed = v.place(a, "buy up 0.40 x10").unwrap();
+    let event = v
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::Order(o) if o.id == placed.id => Some(*o),
+            _ => None,
+        })
+        .unwrap();
+    v.place(b, "buy down 0.60 x4").unwrap();
+    assert_eq!(v.state.order(placed.id).unwrap().filled, 4);
+    assert_eq!(event.order(&v.state), Some(placed));
+}
