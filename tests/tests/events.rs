@@ -255,3 +255,20 @@ fn an_order_event_read_later_shows_the_order_as_it_stood() {
     assert_eq!(v.state.order(placed.id).unwrap().filled, 4);
     assert_eq!(event.order(&v.state), Some(placed));
 }
+
+/// SPEC ticker channel: top of book and last price "when they change". An
+/// order behind the best bid, and its cancel, change neither: no ticker.
+#[test]
+fn no_ticker_when_the_top_does_not_change() {
+    let mut v = Venue::new();
+    let a = v.trader(100_00);
+    let market = v.market();
+    v.place(a, "buy up 0.40 x3").unwrap();
+    assert_eq!(tickers(&v, market).len(), 1);
+    let behind = v.place(a, "buy up 0.30 x3").unwrap();
+    assert_eq!(tickers(&v, market), vec![]);
+    v.cancel(a, behind.id).unwrap();
+    assert_eq!(tickers(&v, market), vec![]);
+    v.place(a, "buy up 0.40 x1").unwrap();
+    assert_eq!(tickers(&v, market).len(), 1, "the best level grew");
+}
