@@ -272,3 +272,24 @@ fn no_ticker_when_the_top_does_not_change() {
     v.place(a, "buy up 0.40 x1").unwrap();
     assert_eq!(tickers(&v, market).len(), 1, "the best level grew");
 }
+
+/// SPEC: "A series ticker subscription follows each new window
+/// automatically". The publisher knows a window's series from its listing
+/// event only: it must name the series, not the window.
+#[test]
+fn a_new_window_is_listed_under_its_series() {
+    let mut v = Venue::new();
+    v.advance(WINDOW_MS);
+    let listed: Vec<(String, String)> = v
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::MarketListed { ticker, series, .. } => Some((ticker.clone(), series.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let (ticker, series) = &listed[0];
+    assert_eq!(series, SERIES);
+    assert!(ticker.starts_with(&format!("{SERIES}-")), "{ticker}");
+}
