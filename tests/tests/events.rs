@@ -293,3 +293,31 @@ fn a_new_window_is_listed_under_its_series() {
     assert_eq!(series, SERIES);
     assert!(ticker.starts_with(&format!("{SERIES}-")), "{ticker}");
 }
+
+/// docs/decisions.md: a cancel sends its book delta before the events of
+/// the orders it takes off (a match, after its makers' events), so that a
+/// client sees the book change before each order's update.
+#[test]
+fn a_cancel_sends_the_book_delta_before_the_order_events() {
+    for close in [false, true] {
+        let mut v = Venue::new();
+        let a = v.trader(100_00);
+        let first = v.place(a, "buy up 0.40 x1").unwrap();
+        let second = v.place(a, "buy up 0.40 x2").unwrap();
+        if close {
+            v.advance(WINDOW_MS);
+        } else {
+            v.ok(Command::CancelAll {
+                key: a.key,
+                market: None,
+                series: None,
+            });
+        }
+        let at = |want: &dyn Fn(&Event) -> bool| v.events.iter().position(want).unwrap();
+        let delta = at(&|e| matches!(e, Event::BookDelta { delta: -3, .. }));
+        for id in [first.id, second.id] {
+            let update = at(&|e| matches!(e, Event::Order(o) if o.id == id));
+            assert!(delta < update, "close {close}: order {id}: {:?}", v.events);
+        }
+    }
+}
