@@ -59,6 +59,14 @@ impl From<Reject> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status(), axum::Json(self.body())).into_response();
+        if self.code == ErrorCode::Unauthorized {
+            // RFC 9110 §11.6.1 and RFC 6750 §3: a 401 names the scheme
+            // that would be accepted.
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"updown\""),
+            );
+        }
         if let Some(secs) = self.retry_after_secs {
             if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, value);

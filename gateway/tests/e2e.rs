@@ -1400,12 +1400,17 @@ fn refused_keys_answer_401_with_the_spec_message() {
     let m = v.open_market(SERIES_A);
 
     for (method, path, body) in keyed_requests(&m) {
-        let message = v
-            .call(method, &path, None, body.as_deref())
-            .err(401, "UNAUTHORIZED");
+        let resp = v.call(method, &path, None, body.as_deref());
+        let message = resp.err(401, "UNAUTHORIZED");
         assert!(
             message.contains("Authorization: Bearer tk_"),
             "{method} {path}: {message:?}"
+        );
+        // RFC 9110 §11.6.1: a 401 names the scheme it takes.
+        assert_eq!(
+            resp.header("www-authenticate"),
+            Some("Bearer realm=\"updown\""),
+            "{method} {path}"
         );
     }
     for header in ["Basic dXNlcjpwYXNz", "Bearer", "Bearer "] {
@@ -1420,8 +1425,12 @@ fn refused_keys_answer_401_with_the_spec_message() {
     // A bearer token that is not an API key at all: a key that does not
     // exist (and a failed attempt for the lockout), not a missing one.
     for token in ["hunter2", "TK_test_abc_s", "Bearer"] {
-        v.get("/account", Some(token))
-            .err_msg(401, "UNAUTHORIZED", "Invalid API key.");
+        let resp = v.get("/account", Some(token));
+        resp.err_msg(401, "UNAUTHORIZED", "Invalid API key.");
+        assert_eq!(
+            resp.header("www-authenticate"),
+            Some("Bearer realm=\"updown\"")
+        );
     }
     // The scheme is case-insensitive (RFC 9110 11.1).
     for scheme in ["bearer", "BEARER", "BeArEr"] {

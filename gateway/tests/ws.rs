@@ -1442,4 +1442,6 @@ fn any_origin_is_accepted_and_a_plain_get_is_refused() {
     assert_eq!(c.cmd(1, "list_subscriptions", json!({}))["type"], "ok");
     let resp = venue.get("/ws", None);
     resp.err(400, "BAD_REQUEST");
+    // RFC 6455 §4.4: a refused handshake names the version served.
+    assert_eq!(resp.header("sec-websocket-version"), Some("13"));
 }

@@ -91,11 +91,17 @@ pub async fn handler(
     let upgrade = match upgrade {
         Ok(u) if is_upgrade(&headers) => u,
         _ => {
-            return ApiError::bad_request(
+            let mut refused = ApiError::bad_request(
                 "This endpoint is a websocket: send an HTTP/1.1 upgrade (Connection: Upgrade, \
                  Upgrade: websocket, Sec-WebSocket-Version: 13).",
             )
-            .into_response()
+            .into_response();
+            // RFC 6455 §4.4: a refused handshake names the version served.
+            refused.headers_mut().insert(
+                "sec-websocket-version",
+                axum::http::HeaderValue::from_static("13"),
+            );
+            return refused;
         }
     };
     let ip = peer.ip();

@@ -94,9 +94,15 @@ pub struct Resp {
     pub body: Value,
     pub content_type: Option<String>,
     pub retry_after: Option<String>,
+    pub headers: ureq::http::HeaderMap,
 }
 
 impl Resp {
+    /// A header's value, if it is there and readable.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
     /// Asserts the status and a JSON body; returns the body.
     #[track_caller]
     pub fn ok(&self, status: u16) -> &Value {
@@ -322,6 +328,7 @@ impl Venue {
         let content_type = header("content-type");
         let retry_after = header("retry-after");
         let status = response.status().as_u16();
+        let headers = response.headers().clone();
         let text = response
             .body_mut()
             .read_to_string()
@@ -333,6 +340,7 @@ impl Venue {
             body,
             content_type,
             retry_after,
+            headers,
         }
     }
 
