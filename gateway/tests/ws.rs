@@ -106,7 +106,13 @@ impl Client {
         );
         let sid = value["sid"].as_u64().expect("sid");
         let seq = value["seq"].as_u64().expect("seq");
-        assert!(value["ts_ms"].as_u64().is_some(), "{value}");
+        // ts_ms is the server's send time: before now, and not long ago.
+        let ts_ms = value["ts_ms"].as_u64().expect("ts_ms");
+        let now = now_ms();
+        assert!(
+            ts_ms <= now && now - ts_ms < 600_000,
+            "ts_ms {ts_ms} is not a send time (now {now}): {value}"
+        );
         let last = self.seqs.insert(sid, seq).unwrap_or(0);
         if seq != last + 1 {
             assert!(!self.strict, "seq of sid {sid} jumped from {last} to {seq}");
