@@ -735,12 +735,15 @@ fn subscriptions_are_listed_updated_and_removed_and_prices_stream() {
     assert_eq!(keys(&now["msg"]), set(&["symbol", "price", "t_ms"]));
     assert_eq!(now["msg"]["symbol"], SYMBOL);
     assert_eq!(now["msg"]["price"], "97000.50");
+    let printed_ms = now_ms();
     venue.admin(
         "/admin/prices",
-        json!({ "symbol": SYMBOL, "price": "97001.25", "t_ms": now_ms() }),
+        json!({ "symbol": SYMBOL, "price": "97001.25", "t_ms": printed_ms }),
     );
     let print = c.data();
     assert_eq!(print["msg"]["price"], "97001.25");
+    // t_ms is when the price printed at its source, not when it was sent.
+    assert_eq!(print["msg"]["t_ms"], json!(printed_ms), "{print}");
     assert_eq!(print["seq"], json!(2));
 
     // ticker: the current top at once for each market.
