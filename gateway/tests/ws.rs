@@ -954,6 +954,17 @@ fn a_series_subscription_follows_a_new_window_through_open_closed_and_settled() 
         ])
     );
     assert_eq!(mine[1]["msg"]["result"], "up");
+    // The settlement price is the one REST shows for the settled window.
+    let mut rest = ureq::get(&format!("http://{addr}/v1/markets/{window}"))
+        .call()
+        .expect("GET the market");
+    let rest: Value =
+        serde_json::from_str(&rest.body_mut().read_to_string().expect("body")).expect("JSON");
+    assert!(rest["market"]["settlement_price"].is_string(), "{rest}");
+    assert_eq!(
+        mine[1]["msg"]["settlement_price"], rest["market"]["settlement_price"],
+        "{rest}"
+    );
     // The next window was listed and opened on the same subscriptions.
     assert_eq!(snapshots.len(), 1, "{snapshots:?}");
     assert_ne!(snapshots[0], window);
