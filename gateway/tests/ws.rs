@@ -838,6 +838,39 @@ impl Client {
     }
 }
 
+/// A series subscription takes up a window listed after it on the ticker
+/// and trade channels too: the window's top at once, then its trades.
+/// (The window is a day long, so it is open for the whole test.)
+#[test]
+fn a_series_subscription_carries_a_new_windows_ticker_and_trades() {
+    let venue = Venue::start();
+    let mut c = connect(venue.addr());
+    let sids = c.subscribe(
+        1,
+        &["ticker", "trade"],
+        json!({ "series_tickers": ["ws-1d"] }),
+    );
+    let ticker = sids[0];
+    venue.internal(Command::CreateSeries(SeriesConfig {
+        ticker: "ws-1d".into(),
+        symbol: SYMBOL.into(),
+        window_ms: 24 * 60 * 60 * 1000,
+        list_ahead: 0,
+        taker_fee_bps: 0,
+        maker_fee_bps: 0,
+        market_cap_cents: 1_000_000,
+    }));
+    venue.push_price("97001");
+    let top = c.data();
+    assert_eq!(top["sid"], json!(ticker), "{top}");
+    let window = top["msg"]["market_ticker"]
+        .as_str()
+        .expect("ticker")
+        .to_string();
+    assert!(window.starts_with("ws-1d-"), "{top}");
+    assert_eq!(top["msg"], json!({ "market_ticker": window }));
+}
+
 // ----- series follow windows (about a minute) ---------------------------------------------------
 
 /// SLOW (up to about 65 s): waits for a real minute boundary, because

@@ -424,6 +424,15 @@ impl Venue {
         resp.body
     }
 
+    /// A sequencer command that has no HTTP route (creating a series).
+    pub fn internal(&self, command: sequencer::Command) {
+        let server = self.server.as_ref().expect("running");
+        let reply = server
+            .runtime()
+            .block_on(server.submitter.internal(command));
+        assert!(matches!(reply, Ok(sequencer::Reply::Ok)), "{reply:?}");
+    }
+
     /// Prints a price of the underlying now.
     #[track_caller]
     pub fn push_price(&self, price: &str) {
