@@ -850,7 +850,7 @@ fn a_series_subscription_carries_a_new_windows_ticker_and_trades() {
         &["ticker", "trade"],
         json!({ "series_tickers": ["ws-1d"] }),
     );
-    let ticker = sids[0];
+    let (ticker, trade) = (sids[0], sids[1]);
     venue.internal(Command::CreateSeries(SeriesConfig {
         ticker: "ws-1d".into(),
         symbol: SYMBOL.into(),
@@ -869,6 +869,23 @@ fn a_series_subscription_carries_a_new_windows_ticker_and_trades() {
         .to_string();
     assert!(window.starts_with("ws-1d-"), "{top}");
     assert_eq!(top["msg"], json!({ "market_ticker": window }));
+    let deadline = Instant::now() + WAIT;
+    while venue.read(&format!("/markets/{window}"), None)["market"]["status"] != "open" {
+        assert!(Instant::now() < deadline, "the window did not open");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (x, y) = (venue.trader("1000"), venue.trader("1000"));
+    venue.place_ok(x.key(), &buy(&window, "up", "0.50", "1"));
+    venue.place_ok(y.key(), &buy(&window, "down", "0.50", "1"));
+    let mut traded = false;
+    c.data_while(WAIT, |v| {
+        assert_eq!(v["msg"]["market_ticker"], json!(window), "{v}");
+        if v["sid"] == json!(trade) {
+            assert_eq!(v["msg"]["up_price"], "0.50", "{v}");
+            traded = true;
+        }
+        !traded
+    });
 }
 
 // ----- series follow windows (about a minute) ---------------------------------------------------
