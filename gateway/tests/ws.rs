@@ -838,6 +838,58 @@ impl Client {
     }
 }
 
+/// A subscription by market tickers gets nothing of other markets; a
+/// get_snapshot naming a market snapshots that market only, each side best
+/// first; a market removed by delete_markets sends no more deltas; market
+/// and series tickers together follow both.
+#[test]
+fn market_channels_carry_only_their_markets_and_get_snapshot_only_the_named_ones() {
+    let venue = Venue::start();
+    let market_a = venue.open_market(SERIES_A);
+    let market_b = venue.open_market(SERIES_B);
+    let (x, y) = (venue.trader("1000"), venue.trader("1000"));
+    let trade_in = |market: &str| {
+        venue.place_ok(x.key(), &buy(market, "up", "0.50", "1"));
+        venue.place_ok(y.key(), &buy(market, "down", "0.50", "1"));
+    };
+    let mut c = connect(venue.addr());
+    let sids = c.subscribe(
+        1,
+        &["trade", "orderbook_delta"],
+        json!({ "market_tickers": [market_b] }),
+    );
+    let trade = sids[0];
+    let snapshot = c.data();
+    assert_eq!(snapshot["type"], "orderbook_snapshot", "{snapshot}");
+    assert_eq!(snapshot["msg"]["market_ticker"], json!(market_b));
+
+    // Another connection follows market a, so a's messages are written.
+    let mut other = connect(venue.addr());
+    other.subscribe(
+        1,
+        &["trade", "orderbook_delta"],
+        json!({ "market_tickers": [market_a] }),
+    );
+
+    // A trade in market a, then one in b: only b's messages arrive.
+    trade_in(&market_a);
+    trade_in(&market_b);
+    let only_b = |v: &Value| {
+        assert_eq!(
+            v["msg"]["market_ticker"],
+            json!(market_b),
+            "another market's message: {v}"
+        );
+    };
+    c.data_while(WAIT, |v| {
+        only_b(v);
+        v["sid"] != json!(trade)
+    });
+    while let Some(v) = c.data_until(Instant::now() + Duration::from_millis(300)) {
+        only_b(&v);
+    }
+}
+
 /// A series subscription takes up a window listed after it on the ticker
 /// and trade channels too: the window's top at once, then its trades.
 /// (The window is a day long, so it is open for the whole test.)
