@@ -858,7 +858,7 @@ fn market_channels_carry_only_their_markets_and_get_snapshot_only_the_named_ones
         &["trade", "orderbook_delta"],
         json!({ "market_tickers": [market_b] }),
     );
-    let trade = sids[0];
+    let (trade, book) = (sids[0], sids[1]);
     let snapshot = c.data();
     assert_eq!(snapshot["type"], "orderbook_snapshot", "{snapshot}");
     assert_eq!(snapshot["msg"]["market_ticker"], json!(market_b));
@@ -888,6 +888,31 @@ fn market_channels_carry_only_their_markets_and_get_snapshot_only_the_named_ones
     while let Some(v) = c.data_until(Instant::now() + Duration::from_millis(300)) {
         only_b(&v);
     }
+
+    // With market a added, get_snapshot naming b snapshots b alone.
+    let reply = c.cmd(
+        2,
+        "update_subscription",
+        json!({ "sid": book, "action": "add_markets", "market_tickers": [market_a] }),
+    );
+    assert_eq!(reply["type"], "ok", "{reply}");
+    let added = c.data();
+    assert_eq!(added["type"], "orderbook_snapshot", "{added}");
+    assert_eq!(added["msg"]["market_ticker"], json!(market_a));
+    let reply = c.cmd(
+        3,
+        "update_subscription",
+        json!({ "sid": book, "action": "get_snapshot", "market_tickers": [market_b] }),
+    );
+    assert_eq!(reply["type"], "ok", "{reply}");
+    let again = c.data();
+    assert_eq!(again["type"], "orderbook_snapshot", "{again}");
+    assert_eq!(again["msg"]["market_ticker"], json!(market_b), "{again}");
+    assert!(
+        c.data_until(Instant::now() + Duration::from_millis(300))
+            .is_none(),
+        "a snapshot of a market get_snapshot did not name"
+    );
 }
 
 /// A series subscription takes up a window listed after it on the ticker
