@@ -888,6 +888,17 @@ fn market_channels_carry_only_their_markets_and_get_snapshot_only_the_named_ones
     while let Some(v) = c.data_until(Instant::now() + Duration::from_millis(300)) {
         only_b(&v);
     }
+    // Three levels in b (two on Up) for the snapshots below.
+    venue.place_ok(x.key(), &buy(&market_b, "up", "0.30", "2"));
+    venue.place_ok(x.key(), &buy(&market_b, "up", "0.20", "3"));
+    venue.place_ok(y.key(), &buy(&market_b, "down", "0.30", "4"));
+    let mut deltas = 0;
+    c.data_while(WAIT, |v| {
+        only_b(v);
+        assert_eq!(v["type"], "orderbook_delta", "{v}");
+        deltas += 1;
+        deltas < 3
+    });
 
     // With market a added, get_snapshot naming b snapshots b alone.
     let reply = c.cmd(
@@ -908,6 +919,15 @@ fn market_channels_carry_only_their_markets_and_get_snapshot_only_the_named_ones
     let again = c.data();
     assert_eq!(again["type"], "orderbook_snapshot", "{again}");
     assert_eq!(again["msg"]["market_ticker"], json!(market_b), "{again}");
+    // The whole book, each side best first, as REST shows it.
+    let rest = venue.read(&format!("/markets/{market_b}/orderbook"), None)["orderbook"].clone();
+    assert_eq!(
+        again["msg"]["up"],
+        json!([["0.30", "2"], ["0.20", "3"]]),
+        "{again}"
+    );
+    assert_eq!(again["msg"]["up"], rest["up"], "{again}");
+    assert_eq!(again["msg"]["down"], rest["down"], "{again}");
     assert!(
         c.data_until(Instant::now() + Duration::from_millis(300))
             .is_none(),
