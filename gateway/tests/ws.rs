@@ -933,6 +933,23 @@ fn market_channels_carry_only_their_markets_and_get_snapshot_only_the_named_ones
             .is_none(),
         "a snapshot of a market get_snapshot did not name"
     );
+
+    // delete_markets: a's changes stop, b's go on.
+    let reply = c.cmd(
+        4,
+        "update_subscription",
+        json!({ "sid": book, "action": "delete_markets", "market_tickers": [market_a] }),
+    );
+    assert_eq!(reply["msg"]["market_tickers"], json!([market_b]), "{reply}");
+    venue.place_ok(x.key(), &buy(&market_a, "up", "0.40", "1"));
+    venue.place_ok(x.key(), &buy(&market_b, "up", "0.40", "1"));
+    let delta = c.data();
+    assert_eq!(delta["type"], "orderbook_delta", "{delta}");
+    assert_eq!(
+        delta["msg"]["market_ticker"],
+        json!(market_b),
+        "a delta of a deleted market: {delta}"
+    );
 }
 
 /// A series subscription takes up a window listed after it on the ticker
