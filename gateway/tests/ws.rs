@@ -950,6 +950,22 @@ fn market_channels_carry_only_their_markets_and_get_snapshot_only_the_named_ones
         json!(market_b),
         "a delta of a deleted market: {delta}"
     );
+
+    // Market and series tickers together: the named market and the
+    // series' windows, each with its top at once.
+    let both = c.subscribe(
+        5,
+        &["ticker"],
+        json!({ "market_tickers": [market_a], "series_tickers": [SERIES_B] }),
+    )[0];
+    let mut tops = Vec::new();
+    while let Some(v) = c.data_until(Instant::now() + Duration::from_millis(300)) {
+        if v["sid"] == json!(both) {
+            tops.push(v["msg"]["market_ticker"].clone());
+        }
+    }
+    assert!(tops.contains(&json!(market_a)), "{tops:?}");
+    assert!(tops.contains(&json!(market_b)), "{tops:?}");
 }
 
 /// A series subscription takes up a window listed after it on the ticker
