@@ -4,6 +4,9 @@
 //! two must agree on the trades (maker order, count and Up-scale price, in
 //! order), on the book refusals (SELF_TRADE and POST_ONLY_CROSS), on what
 //! cancels take off, and on the full books, every level of both sides.
+//! The ticker events are checked against the reference too: a command
+//! that changes a market's top of book or last price sends one whose top
+//! is the reference book's, and a command that changes neither sends none.
 //!
 //! The stream is `SimConfig::book_only()`: a few rich accounts with one big
 //! key each and one series of one-minute windows, so nearly every order
@@ -18,10 +21,10 @@
 //!
 //! A failure names the seed and the command index that reproduce it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use sequencer::event::Phase;
+use sequencer::event::{Phase, Top};
 use sequencer::types::{MarketId, OrderId, OrderStatus, Outcome, PriceCents};
 use sequencer::{Command, ErrorCode, Event, Reply, State};
 use tests::reference::{RefNewOrder, RefRefusal, RefTrade, Reference};
@@ -40,6 +43,7 @@ struct Compared {
     cancel_all: u64,
     close_cancels: u64,
     deepest_book: usize,
+    tickers: u64,
 }
 
 impl Compared {
@@ -54,6 +58,7 @@ impl Compared {
         self.cancel_all += o.cancel_all;
         self.close_cancels += o.close_cancels;
         self.deepest_book = self.deepest_book.max(o.deepest_book);
+        self.tickers += o.tickers;
     }
 }
 
@@ -110,15 +115,33 @@ fn levels(state: &State, market: MarketId) -> (Levels, Levels) {
     )
 }
 
-/// Compares one command's effect on the book with the reference's.
+/// The top of book a reference book gives, on the Up scale (an Up ask is a
+/// Down bid: DESIGN §2), with the last trade price.
+fn reference_top(up: &Levels, down: &Levels, last_price: Option<PriceCents>) -> Top {
+    let (up_bid, up_bid_size) = up.first().map_or((None, 0), |&(p, n)| (Some(p), n));
+    let (up_ask, up_ask_size) = down.first().map_or((None, 0), |&(p, n)| (Some(100 - p), n));
+    Top {
+        up_bid,
+        up_bid_size,
+        up_ask,
+        up_ask_size,
+        last_price,
+    }
+}
+
+/// Compares one command's effect on the book with the reference's;
+/// `tops` holds each market's top as of the previous command.
 fn compare_command(
     state: &State,
     command: &Command,
     reply: &Reply,
     events: &[Event],
     reference: &mut Reference,
+    tops: &mut BTreeMap<MarketId, Top>,
     seen: &mut Compared,
 ) -> Result<(), String> {
+    // The last trade of this command, per market: (market, Up price).
+    let mut traded: Option<(MarketId, PriceCents)> = None;
     // Windows that closed during this command (time moves before the command
     // itself acts) cancel everything resting in them.
     for event in events {
@@ -183,6 +206,7 @@ fn compare_command(
             }
             seen.orders += 1;
             seen.trades += actual.len() as u64;
+            traded = result.trades.last().map(|t| (new.market, t.up_price));
             let prices: BTreeSet<PriceCents> = actual.iter().map(|t| t.up_price).collect();
             if prices.len() >= 2 {
                 seen.multi_level_sweeps += 1;
@@ -282,6 +306,38 @@ fn compare_command(
                 "market {market}: sequencer book up {up:?} down {down:?}, reference up {ref_up:?} down {ref_down:?}"
             ));
         }
+        // The ticker: sent with the reference's top when the top or the
+        // last price changed, never otherwise.
+        let before = tops.get(&market).copied().unwrap_or_default();
+        let last_price = match traded {
+            Some((m, price)) if m == market => Some(price),
+            _ => before.last_price,
+        };
+        let want = reference_top(&ref_up, &ref_down, last_price);
+        let sent = events.iter().rev().find_map(|e| match e {
+            Event::Ticker { market: m, top } if *m == market => Some(*top),
+            _ => None,
+        });
+        match sent {
+            Some(top) if top != want => {
+                return Err(format!(
+                    "market {market}: ticker {top:?}, the reference's top {want:?}"
+                ))
+            }
+            Some(top) if want == before => {
+                return Err(format!(
+                    "market {market}: ticker {top:?} sent, but the top was already that"
+                ))
+            }
+            Some(_) => seen.tickers += 1,
+            None if want != before => {
+                return Err(format!(
+                    "market {market}: the top went from {before:?} to {want:?} with no ticker"
+                ))
+            }
+            None => {}
+        }
+        tops.insert(market, want);
     }
     Ok(())
 }
@@ -290,10 +346,11 @@ fn compare_command(
 fn run_seed(seed: u64, commands: u64) -> Result<Compared, String> {
     let mut driver = Driver::new(seed, SimConfig::book_only());
     let mut reference = Reference::default();
+    let mut tops = BTreeMap::new();
     let mut seen = Compared::default();
     for index in 0..commands {
         let (stamped, reply) = driver.step();
-        compare_command(&driver.state, &stamped.command, &reply, &driver.events, &mut reference, &mut seen).map_err(
+        compare_command(&driver.state, &stamped.command, &reply, &driver.events, &mut reference, &mut tops, &mut seen).map_err(
             |e| {
                 format!(
                     "differential seed {seed} failed at command index {index} (seq {}): {e}\ncommand: {stamped:?}\n\
@@ -371,4 +428,8 @@ fn sequencer_matches_the_reference_book() {
         "a kind of cancel was never compared: {total:?}"
     );
     assert!(total.deepest_book >= 10, "books stayed shallow: {total:?}");
+    assert!(
+        total.tickers >= total.trades / 2,
+        "few tickers compared: {total:?}"
+    );
 }
