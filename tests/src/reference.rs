@@ -223,6 +223,14 @@ impl Reference {
         self.books.values_mut().find_map(|b| b.cancel(id))
     }
 
+    /// Contracts still resting of an order (`None` once it rests nowhere).
+    pub fn remaining(&self, id: OrderId) -> Option<u32> {
+        self.books
+            .values()
+            .find_map(|b| b.orders.iter().find(|o| o.id == id))
+            .map(|o| o.remaining)
+    }
+
     /// True when the order rests somewhere.
     pub fn is_resting(&self, id: OrderId) -> bool {
         self.books

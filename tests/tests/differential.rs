@@ -6,7 +6,8 @@
 //! cancels take off, and on the full books, every level of both sides.
 //! The ticker events are checked against the reference too: a command
 //! that changes a market's top of book or last price sends one whose top
-//! is the reference book's, and a command that changes neither sends none.
+//! is the reference book's, and a command that changes neither sends none;
+//! each maker's order event shows what the reference left of it.
 //!
 //! The stream is `SimConfig::book_only()`: a few rich accounts with one big
 //! key each and one series of one-minute windows, so nearly every order
@@ -44,6 +45,7 @@ struct Compared {
     close_cancels: u64,
     deepest_book: usize,
     tickers: u64,
+    maker_updates: u64,
 }
 
 impl Compared {
@@ -59,6 +61,7 @@ impl Compared {
         self.close_cancels += o.close_cancels;
         self.deepest_book = self.deepest_book.max(o.deepest_book);
         self.tickers += o.tickers;
+        self.maker_updates += o.maker_updates;
     }
 }
 
@@ -203,6 +206,34 @@ fn compare_command(
                     result.filled(),
                     result.rested
                 ));
+            }
+            // Each maker's last order event says what the reference left
+            // of it: still resting with its remainder, or executed.
+            let makers: BTreeSet<OrderId> = actual.iter().map(|t| t.maker).collect();
+            for maker in makers {
+                let update = events.iter().rev().find_map(|e| match e {
+                    Event::Order(o) if o.id == maker => Some(*o),
+                    _ => None,
+                });
+                let Some(update) = update else {
+                    return Err(format!("maker {maker} traded with no order event"));
+                };
+                let count = state
+                    .order(maker)
+                    .map(|o| o.count)
+                    .ok_or_else(|| format!("maker {maker} is not in the state"))?;
+                let left = reference.remaining(maker).unwrap_or(0);
+                let status = if left > 0 {
+                    OrderStatus::Resting
+                } else {
+                    OrderStatus::Executed
+                };
+                if (update.status, count - update.filled) != (status, left) {
+                    return Err(format!(
+                        "maker {maker}: order event {update:?}, the reference leaves {left} ({status:?})"
+                    ));
+                }
+                seen.maker_updates += 1;
             }
             seen.orders += 1;
             seen.trades += actual.len() as u64;
@@ -431,5 +462,9 @@ fn sequencer_matches_the_reference_book() {
     assert!(
         total.tickers >= total.trades / 2,
         "few tickers compared: {total:?}"
+    );
+    assert!(
+        total.maker_updates >= total.trades / 2,
+        "few makers' order events compared: {total:?}"
     );
 }
