@@ -170,6 +170,16 @@ fn node_config(dir: &Path) -> NodeConfig {
 
 /// Drives a node with the simulation, recording the live state at
 /// checkpoints; a snapshot is written on the way.
+/// `simulate`, its node closed (the journal as a stopped venue leaves
+/// it), with its data directory as an argument for `--data-dir`. Keep the
+/// run (as `_run` where it is not read): the directory goes with it.
+fn simulate_closed(seed: u64, commands: u32) -> (SimRun, String) {
+    let mut run = simulate(seed, commands);
+    drop(run.node.take());
+    let d = p(run.dir.path()).to_string();
+    (run, d)
+}
+
 fn simulate(seed: u64, commands: u32) -> SimRun {
     let dir = tempfile::tempdir().unwrap();
     let (mut node, _) = Node::open(node_config(dir.path()), SIM_T0).unwrap();
@@ -1677,9 +1687,7 @@ fn renaming(run: &SimRun, after: u64, n: usize) -> Vec<u64> {
 /// them (the one to look at first), in its text and its JSON, not the last.
 #[test]
 fn a_comparison_names_the_first_of_several_commands_that_differ_with_the_same_events() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (run, d) = simulate_closed(7, 12_000);
     let renamed = renaming(&run, 5000, 3);
     assert_eq!(renamed.len(), 3);
     let other = tempfile::tempdir().unwrap();
@@ -1730,9 +1738,7 @@ fn a_comparison_names_the_first_of_several_commands_that_differ_with_the_same_ev
 /// text and its JSON (`ends_after_seq`).
 #[test]
 fn a_comparison_with_a_journal_cut_short_names_its_last_seq() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (run, d) = simulate_closed(7, 12_000);
     let cut = 6000u64;
     let short = tempfile::tempdir().unwrap();
     copy_journal(&run, short.path(), Some(cut), |s| s.command.clone());
@@ -1765,9 +1771,7 @@ fn a_comparison_with_a_journal_cut_short_names_its_last_seq() {
 /// out).
 #[test]
 fn a_time_range_from_a_snapshots_own_time_shows_the_records_stamped_then() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (run, d) = simulate_closed(7, 12_000);
     let at = run.stamped[run.snapshot_seq as usize - 1].ts_ms;
     let t = at.to_string();
     let shown = json_lines(&updown_ok(&[
@@ -1797,9 +1801,7 @@ fn a_time_range_from_a_snapshots_own_time_shows_the_records_stamped_then() {
 /// already holds S).
 #[test]
 fn a_seq_range_from_a_snapshots_own_seq_shows_that_record() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (run, d) = simulate_closed(7, 12_000);
     let s = run.snapshot_seq.to_string();
     let shown = json_lines(&updown_ok(&[
         "journal",
@@ -1821,9 +1823,7 @@ fn a_seq_range_from_a_snapshots_own_seq_shows_that_record() {
 /// and their events say.
 #[test]
 fn stats_counts_the_refused_orders_and_the_contracts_traded_of_each_market() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (_run, d) = simulate_closed(7, 12_000);
     let lines = json_lines(&updown_ok(&[
         "journal",
         "dump",
@@ -1895,9 +1895,7 @@ fn verify_accepts_a_snapshot_of_the_journals_last_record() {
 /// placement, which only a place_order can be.
 #[test]
 fn a_cancel_of_an_ended_order_does_not_read_as_an_idempotent_retry() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (_run, d) = simulate_closed(7, 12_000);
     let idle = idle_cancel(&d);
     let s = idle["seq"].as_u64().unwrap().to_string();
     let text = updown_ok(&[
@@ -1940,9 +1938,7 @@ fn idle_cancel(d: &str) -> Value {
 /// about.
 #[test]
 fn find_by_market_finds_a_cancel_of_an_ended_order_of_it() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (_run, d) = simulate_closed(7, 12_000);
     let idle = idle_cancel(&d);
     let ticker = idle["context"]["market_ticker"].as_str().unwrap();
     let found = json_lines(&updown_ok(&[
@@ -1964,9 +1960,7 @@ fn find_by_market_finds_a_cancel_of_an_ended_order_of_it() {
 /// named C, placed by others (only the resting order's events name it).
 #[test]
 fn find_by_client_order_id_finds_the_fills_of_its_resting_order() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (_run, d) = simulate_closed(7, 12_000);
     let lines = json_lines(&updown_ok(&[
         "journal",
         "dump",
@@ -2078,9 +2072,7 @@ fn verify_finds_a_header_kind_its_payload_is_not() {
 /// (a cancel_order by the order's market, a cancel_all by the one it names).
 #[test]
 fn stats_counts_the_cancels_of_each_market() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (_run, d) = simulate_closed(7, 12_000);
     let lines = json_lines(&updown_ok(&["journal", "dump", "--data-dir", &d, "--json"]));
     let mut cancels: BTreeMap<String, u64> = BTreeMap::new();
     for l in &lines {
@@ -2110,9 +2102,7 @@ fn stats_counts_the_cancels_of_each_market() {
 /// refusal without one says): the records of the range.
 #[test]
 fn find_takes_a_range_alone_as_its_selection() {
-    let mut run = simulate(7, 3_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (run, d) = simulate_closed(7, 3_000);
     let found = json_lines(&updown_ok(&[
         "journal",
         "find",
@@ -2146,9 +2136,7 @@ fn find_takes_a_range_alone_as_its_selection() {
 /// diverged before).
 #[test]
 fn a_comparison_says_whether_the_commands_differ_where_the_events_first_do() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (run, d) = simulate_closed(7, 12_000);
     let at = 6001u64;
     let other = tempfile::tempdir().unwrap();
     copy_journal(&run, other.path(), None, |s| {
@@ -2175,9 +2163,7 @@ fn a_comparison_says_whether_the_commands_differ_where_the_events_first_do() {
 /// before T (not the journal's last N, which are past T, so nothing).
 #[test]
 fn tail_to_a_time_prints_the_last_records_before_it() {
-    let mut run = simulate(7, 3_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (run, d) = simulate_closed(7, 3_000);
     let at = run.stamped[1500].ts_ms;
     let t = at.to_string();
     let tail = json_lines(&updown_ok(&[
@@ -2222,9 +2208,7 @@ fn a_replay_from_a_snapshot_of_the_journals_last_record_does_not_warn() {
 /// were the state at T.
 #[test]
 fn a_replay_until_a_time_before_the_first_command_fails_saying_so() {
-    let mut run = simulate(7, 1_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (run, d) = simulate_closed(7, 1_000);
     let before = (run.stamped[0].ts_ms - 1).to_string();
     let args = ["replay", "--data-dir", d.as_str(), "--until-time", &before];
     let (ok, out, err) = updown(&args);
@@ -2237,9 +2221,7 @@ fn a_replay_until_a_time_before_the_first_command_fails_saying_so() {
 /// the balance endpoint says.
 #[test]
 fn the_replay_summarys_buying_power_is_cash_less_what_is_held() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (_run, d) = simulate_closed(7, 12_000);
     let summary = json_one(&updown_ok(&["replay", "--data-dir", &d, "--json"]));
     let cents = |field: &str| -> i64 {
         let text = summary["money"][field].as_str().unwrap();
@@ -2257,9 +2239,7 @@ fn the_replay_summarys_buying_power_is_cash_less_what_is_held() {
 /// through K, sent through other keys (only the order's events name it).
 #[test]
 fn find_by_key_finds_the_fills_of_its_resting_orders() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (_run, d) = simulate_closed(7, 12_000);
     let lines = json_lines(&updown_ok(&[
         "journal",
         "dump",
@@ -2309,9 +2289,7 @@ fn find_by_key_finds_the_fills_of_its_resting_orders() {
 /// `journal stats` counts the fills of each market: every fill event.
 #[test]
 fn stats_counts_the_fills_of_each_market() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (_run, d) = simulate_closed(7, 12_000);
     let lines = json_lines(&updown_ok(&[
         "journal",
         "dump",
@@ -2346,9 +2324,7 @@ fn stats_counts_the_fills_of_each_market() {
 /// caused (those `--events` lists).
 #[test]
 fn each_json_line_counts_its_events() {
-    let mut run = simulate(7, 3_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (_run, d) = simulate_closed(7, 3_000);
     let lines = json_lines(&updown_ok(&[
         "journal",
         "dump",
@@ -2373,9 +2349,7 @@ fn each_json_line_counts_its_events() {
 /// first and last stamps, as their text does.
 #[test]
 fn verify_and_stats_name_the_first_and_last_stamps() {
-    let mut run = simulate(7, 3_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (run, d) = simulate_closed(7, 3_000);
     let (first, last) = (run.stamped[0].ts_ms, run.stamped.last().unwrap().ts_ms);
     assert!(first < last);
     for verb in ["verify", "stats"] {
@@ -2389,9 +2363,7 @@ fn verify_and_stats_name_the_first_and_last_stamps() {
 /// its readable line shows (not 400 for every code).
 #[test]
 fn a_refusals_json_gives_the_http_status_its_line_shows() {
-    let mut run = simulate(7, 12_000);
-    drop(run.node.take());
-    let d = p(run.dir.path()).to_string();
+    let (_run, d) = simulate_closed(7, 12_000);
     let lines = json_lines(&updown_ok(&["journal", "dump", "--data-dir", &d, "--json"]));
     let text = updown_ok(&["journal", "dump", "--data-dir", &d]);
     let text: Vec<&str> = text.lines().collect();
