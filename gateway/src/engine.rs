@@ -1248,6 +1248,118 @@ mod tests {
         }
     }
 
+    /// A submitter on a queue of one, with a timeout of `timeout`.
+    fn test_submitter(timeout: Duration) -> (Submitter, BellReceiver<Job>) {
+        let (tx, rx) = bell::bounded(1);
+        let submitter = Submitter {
+            tx,
+            timeout,
+            metrics: Arc::new(Metrics::default()),
+        };
+        (submitter, rx)
+    }
+
+    /// What each 503 of a write says, by what was asked: a place is retried
+    /// with its client_order_id; a cancel is safe to repeat; a read is just
+    /// retried. The busy and shutting-down answers on a real queue, full
+    /// and then gone; the unconfirmed one from a batch whose commit failed
+    /// (the late and unrecorded ones have end-to-end tests: e2e's retry
+    /// after a 503, and faults' full disk).
+    #[test]
+    fn each_kind_of_request_is_told_how_to_retry_when_the_exchange_cannot_answer() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let refused = |submitter: &Submitter, kind: Option<WriteKind>| -> ApiError {
+            let answer = runtime.block_on(async {
+                match kind {
+                    Some(kind) => submitter
+                        .write(
+                            kind,
+                            None,
+                            |_, _| Ok(Command::Tick),
+                            |_, _| unreachable!("never run"),
+                        )
+                        .await
+                        .map(|_| ()),
+                    None => submitter.read(None, |_, _| Ok(())).await,
+                }
+            });
+            let error = answer.expect_err("refused");
+            assert_eq!(error.code, ErrorCode::ExchangeUnavailable);
+            error
+        };
+        let (submitter, rx) = test_submitter(Duration::from_millis(5));
+        let full = Job::Internal {
+            command: Command::Tick,
+            reply: None,
+        };
+        assert!(submitter.tx.try_send(full).is_ok(), "the queue takes one");
+        let busy = [
+            (
+                Some(WriteKind::Place),
+                "The exchange is busy; retry with the same client_order_id.",
+            ),
+            (
+                Some(WriteKind::Cancel),
+                "The exchange is busy; retry the cancel.",
+            ),
+            (None, "The exchange is busy; retry."),
+        ];
+        for (kind, said) in busy {
+            assert_eq!(refused(&submitter, kind).message, said, "{kind:?}");
+        }
+        drop(rx);
+        let gone = [
+            (
+                Some(WriteKind::Place),
+                "The exchange is shutting down; retry with the same client_order_id.",
+            ),
+            (
+                Some(WriteKind::Cancel),
+                "The exchange is shutting down; retry the cancel later.",
+            ),
+            (None, "The exchange is shutting down; retry later."),
+        ];
+        for (kind, said) in gone {
+            assert_eq!(refused(&submitter, kind).message, said, "{kind:?}");
+        }
+
+        // Applied and answered, but the batch's commit failed: the answer
+        // is replaced; a write that wrote nothing keeps its own.
+        let unconfirmed = |kind: WriteKind, wrote: bool, committed: bool| -> Finished {
+            let (reply, rx) = oneshot::channel();
+            let steps: Box<dyn WriteSteps> = Box::new(Steps {
+                build: Some(|_: &State, _: Option<KeyIdx>| Ok(Command::Tick)),
+                finish: Some(|_: &State, _: Reply| -> Finished { unreachable!("never run") }),
+            });
+            Pending::Write {
+                kind,
+                reply,
+                answer: Ok((StatusCode::OK, AnswerBody::Ready(serde_json::Value::Null))),
+                wrote,
+                steps,
+            }
+            .send(committed, committed);
+            rx.blocking_recv().expect("answered").0
+        };
+        let message = |answer: Finished| match answer {
+            Err(error) => error.message,
+            Ok((status, _)) => panic!("answered {status}, not 503"),
+        };
+        assert_eq!(
+            message(unconfirmed(WriteKind::Place, true, false)),
+            "The order could not be confirmed; retry with the same client_order_id."
+        );
+        assert_eq!(
+            message(unconfirmed(WriteKind::Cancel, true, false)),
+            "The cancel could not be confirmed; retry it later (a cancel is safe to repeat)."
+        );
+        assert!(unconfirmed(WriteKind::Cancel, false, false).is_ok());
+        assert!(unconfirmed(WriteKind::Place, true, true).is_ok());
+    }
+
     /// SPEC: 10 new orders a second per key, bursts of 20, and a 429 says
     /// when to come back. The bucket at exact times: 20 at once, the 21st
     /// refused for 1 s (a token is 100 ms away), one more every 100 ms,
