@@ -5,11 +5,13 @@
 //! default series are 7 % taker, 0 % maker, so the most a one-contract fill
 //! can cost in fees is 2 cents at any price from 0.26 up (1 cent below).
 
+use sequencer::auth::{check_key, KeyRefusal};
 use sequencer::command::{AccountFlag, SeriesConfig, VenueConfig};
 use sequencer::event::{Event, Phase};
 use sequencer::query::OrderFilter;
 use sequencer::types::{
-    AccountId, ClientOrderId, Environment, KeyLimits, MarketStatus, OrderStatus, Outcome, Scopes,
+    AccountId, ClientOrderId, Environment, KeyIdx, KeyLimits, MarketStatus, OrderStatus, Outcome,
+    Scopes,
 };
 use sequencer::{Command, ErrorCode, Reply};
 use tests::harness::{big_limits, Trader, Venue, SERIES, SYMBOL, T0, WINDOW_MS};
@@ -2022,4 +2024,47 @@ fn day_key(v: &mut Venue, account: AccountId) -> Trader {
         panic!("the key was refused")
     };
     Trader { account, key }
+}
+
+// ----- gaps cargo-mutants found in the money and permission rules -----------
+// (seventeenth session: fees, limits, validate, auth and the engine's holds,
+// fees, authorization, limits, settlement and payouts)
+
+/// SPEC Key limits and Refused keys: a key with an IP allowlist works only
+/// from its addresses (401, "This API key can't be used from this IP
+/// address."); a key without one works from any address. An IPv4 caller
+/// seen through an IPv6 socket (`::ffff:a.b.c.d`) is the same address. The
+/// gateway asks `check_key` with the caller's address.
+#[test]
+fn a_key_works_only_from_the_addresses_on_its_allowlist() {
+    let mut v = Venue::new();
+    let account = v.account(0);
+    let scopes = Scopes {
+        read: true,
+        trade: true,
+    };
+    let mut fenced = v.new_key(account, scopes, KeyLimits::default());
+    fenced.ip_allowlist = vec!["10.9.9.9".into(), "2001:db8::7".into()];
+    let Reply::KeyIssued { key: fenced } = v.run(Command::IssueKey(fenced)) else {
+        panic!("the fenced key was refused")
+    };
+    let open = v.key(account, scopes, KeyLimits::default());
+    let from = |v: &Venue, key: KeyIdx, ip: &str| {
+        check_key(
+            &v.state.keys[key as usize],
+            false,
+            v.state.now_ms,
+            v.state.config.environment,
+            Some(ip.parse().expect("an address")),
+        )
+    };
+    for ip in ["10.9.9.9", "::ffff:10.9.9.9", "2001:db8::7"] {
+        assert_eq!(from(&v, fenced, ip), Ok(()), "{ip}");
+    }
+    for ip in ["10.9.9.8", "127.0.0.1", "2001:db8::8"] {
+        assert_eq!(from(&v, fenced, ip), Err(KeyRefusal::IpNotAllowed), "{ip}");
+    }
+    for ip in ["10.9.9.8", "203.0.113.5", "::1"] {
+        assert_eq!(from(&v, open, ip), Ok(()), "{ip}");
+    }
 }
