@@ -8,6 +8,7 @@
 use sequencer::auth::{check_key, KeyRefusal};
 use sequencer::command::{AccountFlag, SeriesConfig, VenueConfig};
 use sequencer::event::{Event, Phase};
+use sequencer::limits::{MONEY_CENTS_MAX, PAYOUT_CENTS};
 use sequencer::query::OrderFilter;
 use sequencer::types::{
     AccountId, ClientOrderId, Environment, KeyIdx, KeyLimits, MarketStatus, OrderStatus, Outcome,
@@ -2067,4 +2068,63 @@ fn a_key_works_only_from_the_addresses_on_its_allowlist() {
     for ip in ["10.9.9.8", "203.0.113.5", "::1"] {
         assert_eq!(from(&v, open, ip), Ok(()), "{ip}");
     }
+}
+
+/// DESIGN §2 Settlement: each winning contract pays 1.00 into cash. The
+/// ledger's payouts (the operator's replay summary reports them) are what
+/// the settlement paid: exactly the cash the winners gained.
+#[test]
+fn the_ledger_counts_what_settlement_paid_the_winners() {
+    let mut v = Venue::new();
+    let (a, b) = (v.trader(100_00), v.trader(100_00));
+    v.place(a, "buy up 0.60 x10").unwrap();
+    v.place(b, "buy down 0.40 x10").unwrap();
+    let winning = v.position(a, Outcome::Up);
+    let cash = |v: &Venue| v.cash(a) + v.cash(b);
+    let before = cash(&v);
+    assert_eq!(v.state.ledger.payouts, 0);
+    v.now = T0 + WINDOW_MS;
+    v.print(101); // Up wins.
+    let paid = cash(&v) - before;
+    assert_eq!(paid, winning as i64 * PAYOUT_CENTS);
+    assert_eq!(v.state.ledger.payouts, paid);
+}
+
+/// limits.rs `MONEY_CENTS_MAX`: an account holds at most $10,000,000,000,
+/// so that no sum of money overflows. A deposit that fills it up to that
+/// exactly is taken; one cent more is refused (LIMIT_EXCEEDED) and changes
+/// nothing.
+#[test]
+fn a_deposit_may_fill_an_account_up_to_ten_billion_dollars_and_no_further() {
+    let mut v = Venue::new();
+    let a = v.trader(5_00);
+    v.ok(Command::Deposit {
+        account: a.account,
+        cents: MONEY_CENTS_MAX - 5_00,
+    });
+    assert_eq!(v.cash(a), MONEY_CENTS_MAX);
+    let over = v.run(Command::Deposit {
+        account: a.account,
+        cents: 1,
+    });
+    assert_eq!(over.rejection().unwrap().code, ErrorCode::LimitExceeded);
+    assert_eq!(v.cash(a), MONEY_CENTS_MAX);
+}
+
+/// SPEC Position: a holding's count and cost. Selling part of it takes its
+/// share of the cost along: the rest keeps its average price.
+#[test]
+fn a_partial_sell_takes_its_share_of_the_position_cost() {
+    let mut v = Venue::new();
+    let (a, b, c) = (v.trader(100_00), v.trader(100_00), v.trader(100_00));
+    v.place(a, "buy up 0.50 x10").unwrap();
+    v.place(b, "buy down 0.50 x10").unwrap();
+    v.place(c, "buy up 0.70 x4").unwrap();
+    let sold = v.place(a, "sell up 0.70 x4").unwrap();
+    assert_eq!(sold.filled, 4);
+    let positions = v.state.query_positions(a.key).unwrap();
+    assert_eq!(positions.len(), 1);
+    // Six of the ten bought for 5.00 are left: six tenths of the cost.
+    assert_eq!((positions[0].count, positions[0].cost), (6, 3_00));
+    assert_eq!(v.state.account(a.account).unwrap().position_cost, 3_00);
 }
