@@ -2111,6 +2111,117 @@ fn a_deposit_may_fill_an_account_up_to_ten_billion_dollars_and_no_further() {
     assert_eq!(v.cash(a), MONEY_CENTS_MAX);
 }
 
+/// SPEC Limits: the message says which limit. A buy never pays more than
+/// its limit, so its dollars for the key's max order are count x limit, and
+/// the refusal names just those, even for a buy that would fill at a better
+/// price (only a sell is counted "at the prices it would fill at").
+#[test]
+fn a_buy_over_the_max_order_is_refused_at_count_times_its_limit() {
+    let mut v = Venue::new();
+    let account = v.account(1_000_00);
+    let key = v.key(
+        account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        KeyLimits {
+            max_order_cents: Some(5_00),
+            ..big_limits()
+        },
+    );
+    let seller = v.trader(100_00);
+    v.place(seller, "buy down 0.50 x10").unwrap(); // Up ask 0.50.
+    let m = v.refused(
+        Trader { account, key },
+        "buy up 0.60 x10",
+        ErrorCode::LimitExceeded,
+    );
+    // 10 x 0.60 = 6.00.
+    assert_eq!(
+        m,
+        "Key limit: the order is $6.00, over this key's max order of $5.00."
+    );
+}
+
+/// SPEC Key limits: max per day is the total a key may trade in a day. An
+/// order that brings the day's total to the max exactly is taken; the next
+/// cent is refused.
+#[test]
+fn an_order_that_reaches_the_max_per_day_exactly_is_accepted() {
+    let mut v = Venue::new();
+    let account = v.account(1_000_00);
+    let key = v.key(
+        account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        KeyLimits {
+            max_daily_cents: Some(12_00),
+            ..big_limits()
+        },
+    );
+    let t = Trader { account, key };
+    v.place(t, "buy up 0.50 x10").unwrap();
+    v.place(t, "buy up 0.70 x10").unwrap();
+    assert_eq!(v.state.keys[key as usize].day_used_cents, 12_00);
+    let m = v.refused(t, "buy up 0.01 x1", ErrorCode::LimitExceeded);
+    assert!(m.contains("max per day"), "{m}");
+}
+
+/// SPEC Limits: max open orders counts orders that rest. A
+/// good_till_canceled order that fills in full at once never rests, so a
+/// key at its max may still send one; one contract more would rest and is
+/// refused.
+#[test]
+fn a_gtc_order_that_fills_at_once_is_not_counted_against_max_open_orders() {
+    let mut v = Venue::new();
+    let account = v.account(1_000_00);
+    let key = v.key(
+        account,
+        Scopes {
+            read: true,
+            trade: true,
+        },
+        KeyLimits {
+            max_open_orders: Some(1),
+            ..big_limits()
+        },
+    );
+    let t = Trader { account, key };
+    let other = v.trader(100_00);
+    v.place(t, "buy up 0.20 x1").unwrap();
+    v.place(other, "buy down 0.60 x2").unwrap();
+    let filled = v.place(t, "buy up 0.40 x2").unwrap();
+    assert_eq!((filled.status, filled.filled), (OrderStatus::Executed, 2));
+    v.place(other, "buy down 0.60 x2").unwrap();
+    let m = v.refused(t, "buy up 0.40 x3", ErrorCode::LimitExceeded);
+    assert!(m.contains("max open orders"), "{m}");
+}
+
+/// SPEC Limits, layer 3 (rules 2): a buy adds to its market's exposure the
+/// pairs it mints and the part of it that rests, its count less what fills
+/// at once. One that takes the market to its cap exactly is taken.
+#[test]
+fn a_buy_that_fills_in_part_counts_only_what_rests_towards_the_market_cap() {
+    let tiny = SeriesConfig {
+        market_cap_cents: 10_00,
+        ..Venue::default_series()
+    };
+    let mut v = Venue::with_series(tiny);
+    let (a, c) = (v.trader(100_00), v.trader(100_00));
+    v.place(a, "buy down 0.50 x8").unwrap(); // 4.00 resting.
+                                             // Mints 8 pairs (4.00 more than the resting buy they use up) and rests
+                                             // 4 at 0.50 (2.00): 4.00 + 4.00 + 2.00 = the cap.
+    let order = v.place(c, "buy up 0.50 x12").unwrap();
+    assert_eq!((order.filled, order.status), (8, OrderStatus::Resting));
+    let m = &v.state.markets[v.market() as usize];
+    assert_eq!(m.collateral() + m.resting_buy_notional, 10_00);
+    let m = v.refused(c, "buy up 0.01 x1", ErrorCode::LimitExceeded);
+    assert!(m.starts_with("Market limit"), "{m}");
+}
+
 /// SPEC Position: a holding's count and cost. Selling part of it takes its
 /// share of the cost along: the rest keeps its average price.
 #[test]
