@@ -2222,6 +2222,22 @@ fn a_buy_that_fills_in_part_counts_only_what_rests_towards_the_market_cap() {
     assert!(m.starts_with("Market limit"), "{m}");
 }
 
+/// DESIGN §2 Self-trade: an order is refused when it would trade against a
+/// resting order of its own account. The account's own order queued behind
+/// enough of another's at the same price is not reached, so the order is
+/// taken; an order that would reach it is refused whole.
+#[test]
+fn an_own_order_queued_behind_what_fills_is_no_self_trade() {
+    let mut v = Venue::new();
+    let (a, b) = (v.trader(100_00), v.trader(100_00));
+    v.place(b, "buy down 0.45 x2").unwrap();
+    v.place(a, "buy down 0.45 x1").unwrap();
+    let taken = v.place(a, "buy up 0.55 x2").unwrap();
+    assert_eq!((taken.status, taken.filled), (OrderStatus::Executed, 2));
+    assert_eq!(v.book(), "up:|down:0.45:1");
+    v.refused(a, "buy up 0.55 x1", ErrorCode::SelfTrade);
+}
+
 /// SPEC Position: a holding's count and cost. Selling part of it takes its
 /// share of the cost along: the rest keeps its average price.
 #[test]
