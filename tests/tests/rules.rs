@@ -8,7 +8,7 @@
 use sequencer::auth::{check_key, KeyRefusal};
 use sequencer::command::{AccountFlag, SeriesConfig, VenueConfig};
 use sequencer::event::{Event, Phase};
-use sequencer::limits::{MONEY_CENTS_MAX, PAYOUT_CENTS};
+use sequencer::limits::{KEY_IP_ALLOWLIST_MAX, KEY_NAME_LEN_MAX, MONEY_CENTS_MAX, PAYOUT_CENTS};
 use sequencer::query::OrderFilter;
 use sequencer::types::{
     AccountId, ClientOrderId, Environment, KeyIdx, KeyLimits, MarketStatus, OrderStatus, Outcome,
@@ -2254,4 +2254,133 @@ fn a_partial_sell_takes_its_share_of_the_position_cost() {
     // Six of the ten bought for 5.00 are left: six tenths of the cost.
     assert_eq!((positions[0].count, positions[0].cost), (6, 3_00));
     assert_eq!(v.state.account(a.account).unwrap().position_cost, 3_00);
+}
+
+/// SPEC Key limits, as the operator sets them (DESIGN §4): max order and
+/// max per day are positive dollars, at most $10,000,000,000 (limits.rs);
+/// max open orders is positive; a series list names 1 to 100 series
+/// tickers. Anything else is refused, when a key is issued and when its
+/// limits change, and the key keeps the limits it had.
+#[test]
+fn key_limits_are_positive_bounded_and_name_one_to_a_hundred_series() {
+    let mut v = Venue::new();
+    let t = v.trader(0);
+    let key_id = v.state.keys[t.key as usize].key_id.clone();
+    let max = MONEY_CENTS_MAX as u64;
+    let tickers = |n: usize| Some((0..n).map(|i| format!("s{i}")).collect::<Vec<_>>());
+    for bad in [
+        KeyLimits {
+            max_order_cents: Some(0),
+            ..big_limits()
+        },
+        KeyLimits {
+            max_order_cents: Some(max + 1),
+            ..big_limits()
+        },
+        KeyLimits {
+            max_daily_cents: Some(0),
+            ..big_limits()
+        },
+        KeyLimits {
+            max_daily_cents: Some(max + 1),
+            ..big_limits()
+        },
+        KeyLimits {
+            max_open_orders: Some(0),
+            ..big_limits()
+        },
+        KeyLimits {
+            series: tickers(0),
+            ..big_limits()
+        },
+        KeyLimits {
+            series: tickers(101),
+            ..big_limits()
+        },
+        KeyLimits {
+            series: Some(vec!["BTC-1M".into()]),
+            ..big_limits()
+        },
+    ] {
+        let changed = v.run(Command::SetKeyLimits {
+            key_id: key_id.clone(),
+            limits: bad.clone(),
+        });
+        assert_eq!(
+            changed.rejection().map(|r| r.code),
+            Some(ErrorCode::BadRequest),
+            "{bad:?}"
+        );
+        let new_key = v.new_key(
+            t.account,
+            Scopes {
+                read: true,
+                trade: true,
+            },
+            bad.clone(),
+        );
+        let issued = v.run(Command::IssueKey(new_key));
+        assert_eq!(
+            issued.rejection().map(|r| r.code),
+            Some(ErrorCode::BadRequest),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(v.state.keys[t.key as usize].limits, big_limits());
+    for good in [
+        KeyLimits {
+            max_order_cents: Some(1),
+            max_daily_cents: Some(max),
+            max_open_orders: Some(1),
+            series: tickers(100),
+        },
+        KeyLimits {
+            max_order_cents: Some(max),
+            max_daily_cents: Some(1),
+            max_open_orders: None,
+            series: tickers(1),
+        },
+    ] {
+        v.ok(Command::SetKeyLimits {
+            key_id: key_id.clone(),
+            limits: good.clone(),
+        });
+        assert_eq!(v.state.keys[t.key as usize].limits, good);
+    }
+}
+
+/// DESIGN §4 and SPEC Key limits: a key's name is at most 64 printable
+/// characters (limits.rs `KEY_NAME_LEN_MAX`, characters, not bytes), and
+/// its IP allowlist holds up to 10 addresses.
+#[test]
+fn a_key_name_is_at_most_64_printable_characters_and_ten_addresses_fit() {
+    let mut v = Venue::new();
+    let account = v.account(0);
+    let mut issue = |name: String, addresses: usize| {
+        let mut new_key = v.new_key(
+            account,
+            Scopes {
+                read: true,
+                trade: false,
+            },
+            KeyLimits::default(),
+        );
+        new_key.name = name;
+        new_key.ip_allowlist = (0..addresses).map(|i| format!("10.0.0.{i}")).collect();
+        v.run(Command::IssueKey(new_key))
+    };
+    let longest = "é".repeat(KEY_NAME_LEN_MAX);
+    assert!(matches!(
+        issue(longest, KEY_IP_ALLOWLIST_MAX),
+        Reply::KeyIssued { .. }
+    ));
+    for name in ["é".repeat(KEY_NAME_LEN_MAX + 1), "tab\there".to_string()] {
+        let reply = issue(name.clone(), 0);
+        assert!(
+            reply.rejection().unwrap().message.contains("name"),
+            "{name:?}: {reply:?}"
+        );
+    }
+    let reply = issue("eleven addresses".into(), KEY_IP_ALLOWLIST_MAX + 1);
+    assert!(reply.is_rejected(), "{reply:?}");
 }
