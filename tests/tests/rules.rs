@@ -8,7 +8,10 @@
 use sequencer::auth::{check_key, KeyRefusal};
 use sequencer::command::{AccountFlag, SeriesConfig, VenueConfig};
 use sequencer::event::{Event, Phase};
-use sequencer::limits::{KEY_IP_ALLOWLIST_MAX, KEY_NAME_LEN_MAX, MONEY_CENTS_MAX, PAYOUT_CENTS};
+use sequencer::limits::{
+    DAY_MS, FILLS_LIMIT_MAX, FILLS_LIMIT_MIN, KEY_IP_ALLOWLIST_MAX, KEY_NAME_LEN_MAX,
+    MONEY_CENTS_MAX, PAYOUT_CENTS, SERIES_TICKER_LEN_MAX,
+};
 use sequencer::query::OrderFilter;
 use sequencer::types::{
     AccountId, ClientOrderId, Environment, KeyIdx, KeyLimits, MarketStatus, OrderStatus, Outcome,
@@ -2383,4 +2386,86 @@ fn a_key_name_is_at_most_64_printable_characters_and_ten_addresses_fit() {
     }
     let reply = issue("eleven addresses".into(), KEY_IP_ALLOWLIST_MAX + 1);
     assert!(reply.is_rejected(), "{reply:?}");
+}
+
+/// SPEC Limits: the order list shows the orders of the last 24 hours; one
+/// placed a millisecond less than a day ago is still in it.
+#[test]
+fn an_order_placed_less_than_a_day_ago_is_in_the_order_list() {
+    let mut v = Venue::new();
+    let a = v.trader(100_00);
+    let order = v.place(a, "buy up 0.10 x1").unwrap();
+    v.now = order.created_ts_ms + 24 * 3_600_000 - 1;
+    v.print(100);
+    let listed = v
+        .state
+        .query_orders(a.key, &OrderFilter::default())
+        .unwrap()
+        .items;
+    assert_eq!(
+        listed.iter().map(|o| o.id).collect::<Vec<_>>(),
+        vec![order.id]
+    );
+}
+
+/// DESIGN §3 and limits.rs `SERIES_WINDOW_MS_MAX`: a window is whole
+/// minutes, from one minute to 99 days, the most a market ticker's `dNN`
+/// suffix can say. With the longest series ticker that gives the longest
+/// market ticker, and it matches the market ticker pattern: a cancel-all
+/// can name it.
+#[test]
+fn the_longest_window_and_series_ticker_give_a_market_ticker_that_is_accepted() {
+    let mut v = Venue::empty();
+    v.ok(Command::Configure(VenueConfig::default()));
+    let series = |ticker: &str, window_ms: u64| SeriesConfig {
+        ticker: ticker.into(),
+        symbol: "AAPL".into(),
+        window_ms,
+        list_ahead: 1,
+        taker_fee_bps: 0,
+        maker_fee_bps: 0,
+        market_cap_cents: 1_000_00,
+    };
+    let too_long = v.run(Command::CreateSeries(series("long", 99 * DAY_MS + 60_000)));
+    assert!(too_long.is_rejected(), "{too_long:?}");
+    let longest = "a".repeat(SERIES_TICKER_LEN_MAX);
+    v.ok(Command::CreateSeries(series(&longest, 99 * DAY_MS)));
+    let market = v.state.series_by_ticker(&longest).unwrap().markets[0];
+    let ticker = v.state.markets[market as usize].ticker.clone();
+    assert!(ticker.ends_with("d99"), "{ticker}");
+    assert_eq!(
+        ticker.len(),
+        SERIES_TICKER_LEN_MAX + "-YYMMDD-HHMM-HHMM".len() + "d99".len()
+    );
+    assert!(sequencer::validate::is_market_ticker(&ticker), "{ticker}");
+    let a = v.trader(0);
+    assert_eq!(
+        v.run(Command::CancelAll {
+            key: a.key,
+            market: Some(ticker),
+            series: None,
+        }),
+        Reply::Canceled { order_ids: vec![] }
+    );
+}
+
+/// SPEC Limits: a fills page holds 1 to 500; a size outside that is
+/// refused with a message that names the parameter and its range.
+#[test]
+fn a_fills_page_size_outside_one_to_five_hundred_is_refused_naming_the_range() {
+    let mut v = Venue::new();
+    let a = v.trader(0);
+    for limit in [FILLS_LIMIT_MIN - 1, FILLS_LIMIT_MAX + 1] {
+        let reject = v
+            .state
+            .query_fills(a.key, None, Some(limit), None)
+            .unwrap_err();
+        assert_eq!(reject.code, ErrorCode::BadRequest);
+        let range = format!("limit must be an integer from {FILLS_LIMIT_MIN} to {FILLS_LIMIT_MAX}");
+        assert!(reject.message.contains(&range), "{}", reject.message);
+    }
+    assert!(v
+        .state
+        .query_fills(a.key, None, Some(FILLS_LIMIT_MAX), None)
+        .is_ok());
 }
