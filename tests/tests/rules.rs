@@ -2031,7 +2031,7 @@ fn day_key(v: &mut Venue, account: AccountId) -> Trader {
 }
 
 // ----- gaps cargo-mutants found in the money and permission rules -----------
-// (seventeenth session: fees, limits, validate, auth and the engine's holds,
+// (twentieth session: fees, limits, validate, auth and the engine's holds,
 // fees, authorization, limits, settlement and payouts)
 
 /// SPEC Key limits and Refused keys: a key with an IP allowlist works only
