@@ -440,9 +440,17 @@ mod tests {
         }
         let entries = |l: &Lockout| l.entries.lock().unwrap().map.len();
         assert_eq!(entries(&lockout), 4);
+        let before = Instant::now();
         assert!(!lockout.fail(IpAddr::from([10, 0, 3, 1])));
-        assert!(lockout.entries.lock().unwrap().full_until.is_some());
+        let until = lockout.entries.lock().unwrap().full_until;
+        let until = until.expect("known full");
+        assert!(until >= before + Duration::from_secs(1), "for a second");
         assert!(!lockout.fail(IpAddr::from([10, 0, 3, 2])));
+        if Instant::now() < until {
+            // Within that second: refused without a walk, which would
+            // have set the time anew.
+            assert_eq!(lockout.entries.lock().unwrap().full_until, Some(until));
+        }
         assert_eq!(entries(&lockout), 4);
         assert!(lockout.check(IpAddr::from([10, 0, 3, 1])).is_ok());
     }
