@@ -454,4 +454,75 @@ mod tests {
         assert_eq!(entries(&lockout), 4);
         assert!(lockout.check(IpAddr::from([10, 0, 3, 1])).is_ok());
     }
+
+    /// A failure counted while the address is already locked out (a
+    /// request that passed the check just before the lockout began) keeps
+    /// the lockout: SPEC, Authentication, "Repeated failed attempts from
+    /// one address are locked out for a while and answer 429".
+    #[test]
+    fn a_failure_while_locked_out_keeps_the_lockout() {
+        let lockout = Lockout::new(2, Duration::from_secs(60));
+        let ip: IpAddr = "192.0.2.5".parse().unwrap();
+        assert!(!lockout.fail(ip));
+        assert!(lockout.fail(ip));
+        assert!(!lockout.fail(ip), "already locked: not locked anew");
+        let e = lockout.check(ip).unwrap_err();
+        assert_eq!(e.code, ErrorCode::RateLimited);
+    }
+
+    /// Once the locked-out parties that filled the table have served their
+    /// lockout, a new party's failures count again (after the second in
+    /// which a full table is not walked): SPEC, Authentication, "Repeated
+    /// failed attempts from one address are locked out for a while".
+    #[test]
+    fn new_parties_are_counted_again_once_a_full_tables_lockouts_end() {
+        let window = Duration::from_millis(100);
+        let lockout = Lockout::with_capacity(1, window, 2);
+        assert!(lockout.fail(IpAddr::from([10, 0, 0, 1])));
+        assert!(lockout.fail(IpAddr::from([10, 0, 0, 2])));
+        let late: IpAddr = IpAddr::from([10, 0, 0, 3]);
+        assert!(!lockout.fail(late), "the table is full of locked parties");
+        lockout.check(late).unwrap();
+        // Past the lockouts and the second (sleeping longer only makes the
+        // test surer).
+        std::thread::sleep(Duration::from_millis(1_200));
+        assert!(lockout.fail(late), "counted, and locked out at once");
+        assert!(lockout.check(late).is_err());
+    }
+
+    /// A sweep of the table forgets only what has ended: a failure in the
+    /// window is still counted, and a lockout still running is kept even
+    /// when its first failure is older than the window. SPEC,
+    /// Authentication, "Repeated failed attempts from one address are
+    /// locked out for a while and answer 429".
+    ///
+    /// Timed with a 3 s window: the two failures of `locked` 2 s apart
+    /// (inside the window), the sweep 1.1 s later (past the window since
+    /// its first failure, inside its lockout), so only a stall of about a
+    /// second between two lines could spoil it.
+    #[test]
+    fn a_sweep_keeps_failures_in_the_window_and_running_lockouts() {
+        let window = Duration::from_secs(3);
+        let lockout = Lockout::with_capacity(2, window, 3);
+        let locked: IpAddr = "10.0.0.1".parse().unwrap();
+        let ended: IpAddr = "10.0.0.2".parse().unwrap();
+        let recent: IpAddr = "10.0.0.3".parse().unwrap();
+        let new: IpAddr = "10.0.0.4".parse().unwrap();
+        assert!(!lockout.fail(locked));
+        assert!(!lockout.fail(ended));
+        std::thread::sleep(Duration::from_millis(2_000));
+        assert!(lockout.fail(locked), "two failures in the window");
+        std::thread::sleep(Duration::from_millis(1_100));
+        // Full: the new party's failure sweeps out only `ended`.
+        assert!(!lockout.fail(recent));
+        assert!(!lockout.fail(new));
+        assert!(
+            lockout.check(locked).is_err(),
+            "a running lockout is kept by the sweep"
+        );
+        assert!(
+            lockout.fail(recent),
+            "the failure before the sweep still counts"
+        );
+    }
 }
