@@ -200,7 +200,11 @@ impl Lockout {
 
     /// `Err(429)` while the address is locked out.
     pub fn check(&self, ip: IpAddr) -> Result<(), ApiError> {
-        let now = Instant::now();
+        self.check_at(ip, Instant::now())
+    }
+
+    /// `check` as of `now` (the tests set the time).
+    fn check_at(&self, ip: IpAddr, now: Instant) -> Result<(), ApiError> {
         let entries = self.entries.lock().expect("lockout lock");
         if let Some(until) = entries.map.get(&party(ip)).and_then(|e| e.locked_until) {
             if until > now {
@@ -216,7 +220,11 @@ impl Lockout {
 
     /// Records one failure; returns true when it locked the address.
     pub fn fail(&self, ip: IpAddr) -> bool {
-        let now = Instant::now();
+        self.fail_at(ip, Instant::now())
+    }
+
+    /// `fail` as of `now` (the tests set the time; it never goes back).
+    fn fail_at(&self, ip: IpAddr, now: Instant) -> bool {
         let ip = party(ip);
         let mut guard = self.entries.lock().expect("lockout lock");
         let entries = &mut *guard;
@@ -372,26 +380,29 @@ mod tests {
     }
 
     /// Failures older than the window are forgotten, and a lockout ends
-    /// after the window. (Only the forgetting is timed: sleeping longer
-    /// than the window can only make it surer.)
+    /// after the window.
     #[test]
     fn failures_and_lockouts_expire_after_the_window() {
-        let window = Duration::from_millis(50);
+        let (t0, window) = (Instant::now(), Duration::from_secs(60));
+        let at = |s: u64| t0 + Duration::from_secs(s);
         let ip: IpAddr = "127.0.0.9".parse().unwrap();
         let lockout = Lockout::new(3, window);
-        assert!(!lockout.fail(ip));
-        assert!(!lockout.fail(ip));
-        std::thread::sleep(window * 2);
-        assert!(!lockout.fail(ip), "two old failures and a new one");
-        lockout.check(ip).unwrap();
+        assert!(!lockout.fail_at(ip, at(0)));
+        assert!(!lockout.fail_at(ip, at(1)));
+        assert!(
+            !lockout.fail_at(ip, at(61)),
+            "two old failures and a new one"
+        );
+        lockout.check_at(ip, at(61)).unwrap();
 
         let strict = Lockout::new(1, window);
-        assert!(strict.fail(ip));
-        // (That it is locked at once is `lockout_after_failures`'s, with a
-        // window no stall of the machine outlasts.)
-        std::thread::sleep(window * 2);
-        strict.check(ip).expect("the lockout ended");
-        assert!(strict.fail(ip), "a failure after it locks anew");
+        assert!(strict.fail_at(ip, at(0)));
+        assert!(
+            strict.check_at(ip, at(59)).is_err(),
+            "locked for the window"
+        );
+        strict.check_at(ip, at(60)).expect("the lockout ended");
+        assert!(strict.fail_at(ip, at(60)), "a failure after it locks anew");
     }
 
     #[test]
@@ -422,37 +433,37 @@ mod tests {
 
     #[test]
     fn the_table_stays_bounded_and_keeps_locked_addresses() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
         let lockout = Lockout::with_capacity(2, Duration::from_secs(60), 4);
         let locked: IpAddr = "10.0.0.1".parse().unwrap();
-        lockout.fail(locked);
-        lockout.fail(locked);
+        lockout.fail_at(locked, ms(0));
+        lockout.fail_at(locked, ms(0));
         for i in 2..200u8 {
-            lockout.fail(IpAddr::from([10, 0, 1, i]));
+            lockout.fail_at(IpAddr::from([10, 0, 1, i]), ms(1));
             assert!(lockout.entries.lock().unwrap().map.len() <= 4);
         }
-        assert!(lockout.check(locked).is_err(), "still locked out");
+        assert!(lockout.check_at(locked, ms(1)).is_err(), "still locked out");
         // Full of locked-out parties: a new one's failure is not counted,
         // and the table is not walked again for a second.
         for i in 2..5u8 {
             let ip = IpAddr::from([10, 0, 2, i]);
-            lockout.fail(ip);
-            lockout.fail(ip);
+            lockout.fail_at(ip, ms(2));
+            lockout.fail_at(ip, ms(2));
         }
         let entries = |l: &Lockout| l.entries.lock().unwrap().map.len();
+        let full_until = |l: &Lockout| l.entries.lock().unwrap().full_until;
         assert_eq!(entries(&lockout), 4);
-        let before = Instant::now();
-        assert!(!lockout.fail(IpAddr::from([10, 0, 3, 1])));
-        let until = lockout.entries.lock().unwrap().full_until;
-        let until = until.expect("known full");
-        assert!(until >= before + Duration::from_secs(1), "for a second");
-        assert!(!lockout.fail(IpAddr::from([10, 0, 3, 2])));
-        if Instant::now() < until {
-            // Within that second: refused without a walk, which would
-            // have set the time anew.
-            assert_eq!(lockout.entries.lock().unwrap().full_until, Some(until));
-        }
+        assert!(!lockout.fail_at(IpAddr::from([10, 0, 3, 1]), ms(3)));
+        assert_eq!(full_until(&lockout), Some(ms(1_003)), "for a second");
+        // Within that second: refused without a walk, which would have set
+        // the time anew.
+        assert!(!lockout.fail_at(IpAddr::from([10, 0, 3, 2]), ms(500)));
+        assert_eq!(full_until(&lockout), Some(ms(1_003)));
         assert_eq!(entries(&lockout), 4);
-        assert!(lockout.check(IpAddr::from([10, 0, 3, 1])).is_ok());
+        assert!(lockout
+            .check_at(IpAddr::from([10, 0, 3, 1]), ms(500))
+            .is_ok());
     }
 
     /// A failure counted while the address is already locked out (a
@@ -476,18 +487,25 @@ mod tests {
     /// failed attempts from one address are locked out for a while".
     #[test]
     fn new_parties_are_counted_again_once_a_full_tables_lockouts_end() {
-        let window = Duration::from_millis(100);
-        let lockout = Lockout::with_capacity(1, window, 2);
-        assert!(lockout.fail(IpAddr::from([10, 0, 0, 1])));
-        assert!(lockout.fail(IpAddr::from([10, 0, 0, 2])));
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let lockout = Lockout::with_capacity(1, Duration::from_millis(100), 2);
+        assert!(lockout.fail_at(IpAddr::from([10, 0, 0, 1]), ms(0)));
+        assert!(lockout.fail_at(IpAddr::from([10, 0, 0, 2]), ms(0)));
         let late: IpAddr = IpAddr::from([10, 0, 0, 3]);
-        assert!(!lockout.fail(late), "the table is full of locked parties");
-        lockout.check(late).unwrap();
-        // Past the lockouts and the second (sleeping longer only makes the
-        // test surer).
-        std::thread::sleep(Duration::from_millis(1_200));
-        assert!(lockout.fail(late), "counted, and locked out at once");
-        assert!(lockout.check(late).is_err());
+        assert!(
+            !lockout.fail_at(late, ms(1)),
+            "the table is full of locked parties"
+        );
+        lockout.check_at(late, ms(1)).unwrap();
+        // Inside the second, the lockouts over: still not counted.
+        assert!(!lockout.fail_at(late, ms(900)));
+        // Past the second: the table is swept, the failure counted.
+        assert!(
+            lockout.fail_at(late, ms(1_001)),
+            "counted, and locked out at once"
+        );
+        assert!(lockout.check_at(late, ms(1_001)).is_err());
     }
 
     /// A sweep of the table forgets only what has ended: a failure in the
@@ -495,33 +513,32 @@ mod tests {
     /// when its first failure is older than the window. SPEC,
     /// Authentication, "Repeated failed attempts from one address are
     /// locked out for a while and answer 429".
-    ///
-    /// Timed with a 3 s window: the two failures of `locked` 2 s apart
-    /// (inside the window), the sweep 1.1 s later (past the window since
-    /// its first failure, inside its lockout), so only a stall of about a
-    /// second between two lines could spoil it.
     #[test]
     fn a_sweep_keeps_failures_in_the_window_and_running_lockouts() {
-        let window = Duration::from_secs(3);
-        let lockout = Lockout::with_capacity(2, window, 3);
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let lockout = Lockout::with_capacity(2, Duration::from_secs(3), 3);
         let locked: IpAddr = "10.0.0.1".parse().unwrap();
         let ended: IpAddr = "10.0.0.2".parse().unwrap();
         let recent: IpAddr = "10.0.0.3".parse().unwrap();
         let new: IpAddr = "10.0.0.4".parse().unwrap();
-        assert!(!lockout.fail(locked));
-        assert!(!lockout.fail(ended));
-        std::thread::sleep(Duration::from_millis(2_000));
-        assert!(lockout.fail(locked), "two failures in the window");
-        std::thread::sleep(Duration::from_millis(1_100));
-        // Full: the new party's failure sweeps out only `ended`.
-        assert!(!lockout.fail(recent));
-        assert!(!lockout.fail(new));
+        assert!(!lockout.fail_at(locked, ms(0)));
+        assert!(!lockout.fail_at(ended, ms(0)));
         assert!(
-            lockout.check(locked).is_err(),
+            lockout.fail_at(locked, ms(2_000)),
+            "two failures in the window"
+        );
+        // Full at 3.1 s: the new party's failure sweeps out only `ended`
+        // (its one failure past the window); `locked`'s first failure is
+        // past it too, but its lockout runs to 5 s.
+        assert!(!lockout.fail_at(recent, ms(3_100)));
+        assert!(!lockout.fail_at(new, ms(3_100)));
+        assert!(
+            lockout.check_at(locked, ms(3_100)).is_err(),
             "a running lockout is kept by the sweep"
         );
         assert!(
-            lockout.fail(recent),
+            lockout.fail_at(recent, ms(3_200)),
             "the failure before the sweep still counts"
         );
     }
