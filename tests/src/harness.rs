@@ -173,6 +173,11 @@ impl Venue {
 
     /// A funded account with terms accepted and trading allowed, and a key.
     pub fn trader(&mut self, cents: i64) -> Trader {
+        self.trader_with(cents, big_limits())
+    }
+
+    /// `trader`, its read and trade key bound by `limits`.
+    pub fn trader_with(&mut self, cents: i64, limits: KeyLimits) -> Trader {
         let account = self.account(cents);
         let key = self.key(
             account,
@@ -180,7 +185,7 @@ impl Venue {
                 read: true,
                 trade: true,
             },
-            big_limits(),
+            limits,
         );
         Trader { account, key }
     }

@@ -454,22 +454,15 @@ fn markets_that_are_scheduled_closed_or_unknown_are_not_open() {
 #[test]
 fn key_limits_max_order_per_day_open_orders_and_series() {
     let mut v = Venue::new();
-    let account = v.account(1_000_00);
-    let limits = KeyLimits {
-        max_order_cents: Some(5_00),
-        max_daily_cents: Some(12_00),
-        max_open_orders: Some(2),
-        series: Some(vec![SERIES.into()]),
-    };
-    let key = v.key(
-        account,
-        Scopes {
-            read: true,
-            trade: true,
+    let t = v.trader_with(
+        1_000_00,
+        KeyLimits {
+            max_order_cents: Some(5_00),
+            max_daily_cents: Some(12_00),
+            max_open_orders: Some(2),
+            series: Some(vec![SERIES.into()]),
         },
-        limits,
     );
-    let t = tests::harness::Trader { account, key };
     let m = v.refused(t, "buy up 0.51 x10", ErrorCode::LimitExceeded);
     assert!(m.contains("max order"), "{m}");
     v.place(t, "buy up 0.50 x10").unwrap();
@@ -488,7 +481,7 @@ fn key_limits_max_order_per_day_open_orders_and_series() {
         ..big_limits()
     };
     let key = v.key(
-        account,
+        t.account,
         Scopes {
             read: false,
             trade: true,
@@ -496,7 +489,10 @@ fn key_limits_max_order_per_day_open_orders_and_series() {
         other,
     );
     let m = v.refused(
-        tests::harness::Trader { account, key },
+        Trader {
+            account: t.account,
+            key,
+        },
         "buy up 0.10 x1",
         ErrorCode::LimitExceeded,
     );
@@ -1862,19 +1858,13 @@ fn a_resting_buy_holds_the_maker_fee_when_it_is_the_larger() {
 #[test]
 fn an_ioc_is_not_counted_against_max_open_orders() {
     let mut v = Venue::new();
-    let account = v.account(1_000_00);
-    let key = v.key(
-        account,
-        Scopes {
-            read: true,
-            trade: true,
-        },
+    let t = v.trader_with(
+        1_000_00,
         KeyLimits {
             max_open_orders: Some(1),
             ..big_limits()
         },
     );
-    let t = Trader { account, key };
     let other = v.trader(100_00);
     v.place(t, "buy up 0.20 x1").unwrap();
     let m = v.refused(t, "buy up 0.21 x1", ErrorCode::LimitExceeded);
@@ -2121,13 +2111,8 @@ fn a_deposit_may_fill_an_account_up_to_ten_billion_dollars_and_no_further() {
 #[test]
 fn a_buy_over_the_max_order_is_refused_at_count_times_its_limit() {
     let mut v = Venue::new();
-    let account = v.account(1_000_00);
-    let key = v.key(
-        account,
-        Scopes {
-            read: true,
-            trade: true,
-        },
+    let t = v.trader_with(
+        1_000_00,
         KeyLimits {
             max_order_cents: Some(5_00),
             ..big_limits()
@@ -2135,11 +2120,7 @@ fn a_buy_over_the_max_order_is_refused_at_count_times_its_limit() {
     );
     let seller = v.trader(100_00);
     v.place(seller, "buy down 0.50 x10").unwrap(); // Up ask 0.50.
-    let m = v.refused(
-        Trader { account, key },
-        "buy up 0.60 x10",
-        ErrorCode::LimitExceeded,
-    );
+    let m = v.refused(t, "buy up 0.60 x10", ErrorCode::LimitExceeded);
     // 10 x 0.60 = 6.00.
     assert_eq!(
         m,
@@ -2153,22 +2134,16 @@ fn a_buy_over_the_max_order_is_refused_at_count_times_its_limit() {
 #[test]
 fn an_order_that_reaches_the_max_per_day_exactly_is_accepted() {
     let mut v = Venue::new();
-    let account = v.account(1_000_00);
-    let key = v.key(
-        account,
-        Scopes {
-            read: true,
-            trade: true,
-        },
+    let t = v.trader_with(
+        1_000_00,
         KeyLimits {
             max_daily_cents: Some(12_00),
             ..big_limits()
         },
     );
-    let t = Trader { account, key };
     v.place(t, "buy up 0.50 x10").unwrap();
     v.place(t, "buy up 0.70 x10").unwrap();
-    assert_eq!(v.state.keys[key as usize].day_used_cents, 12_00);
+    assert_eq!(v.state.keys[t.key as usize].day_used_cents, 12_00);
     let m = v.refused(t, "buy up 0.01 x1", ErrorCode::LimitExceeded);
     assert!(m.contains("max per day"), "{m}");
 }
@@ -2180,19 +2155,13 @@ fn an_order_that_reaches_the_max_per_day_exactly_is_accepted() {
 #[test]
 fn a_gtc_order_that_fills_at_once_is_not_counted_against_max_open_orders() {
     let mut v = Venue::new();
-    let account = v.account(1_000_00);
-    let key = v.key(
-        account,
-        Scopes {
-            read: true,
-            trade: true,
-        },
+    let t = v.trader_with(
+        1_000_00,
         KeyLimits {
             max_open_orders: Some(1),
             ..big_limits()
         },
     );
-    let t = Trader { account, key };
     let other = v.trader(100_00);
     v.place(t, "buy up 0.20 x1").unwrap();
     v.place(other, "buy down 0.60 x2").unwrap();
