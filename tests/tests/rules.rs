@@ -2183,9 +2183,10 @@ fn a_buy_that_fills_in_part_counts_only_what_rests_towards_the_market_cap() {
     };
     let mut v = Venue::with_series(tiny);
     let (a, c) = (v.trader(100_00), v.trader(100_00));
-    v.place(a, "buy down 0.50 x8").unwrap(); // 4.00 resting.
-                                             // Mints 8 pairs (4.00 more than the resting buy they use up) and rests
-                                             // 4 at 0.50 (2.00): 4.00 + 4.00 + 2.00 = the cap.
+    // 4.00 resting.
+    v.place(a, "buy down 0.50 x8").unwrap();
+    // Mints 8 pairs (4.00 more than the resting buy they use up) and rests
+    // 4 at 0.50 (2.00): 4.00 + 4.00 + 2.00 = the cap.
     let order = v.place(c, "buy up 0.50 x12").unwrap();
     assert_eq!((order.filled, order.status), (8, OrderStatus::Resting));
     let m = &v.state.markets[v.market() as usize];
