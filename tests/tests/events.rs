@@ -321,3 +321,43 @@ fn a_cancel_sends_the_book_delta_before_the_order_events() {
         }
     }
 }
+
+/// DESIGN §3: lifecycle events `open`, `closed`, `settled`, each once. A
+/// two-minute window is stepped at the one-minute series' close in its
+/// middle, and publishes no second `open`.
+#[test]
+fn a_window_publishes_its_open_once_though_stepped_again_while_open() {
+    use sequencer::command::SeriesConfig;
+    use sequencer::event::Phase;
+    let mut v = Venue::new();
+    v.ok(Command::CreateSeries(SeriesConfig {
+        ticker: "btc-2m".into(),
+        window_ms: 2 * WINDOW_MS,
+        list_ahead: 0,
+        ..Venue::default_series()
+    }));
+    let two = v.open_market("btc-2m");
+    assert_eq!(
+        v.state.markets[two as usize].close_ts_ms,
+        T0 + 2 * WINDOW_MS
+    );
+    let one = v.market();
+    v.advance(WINDOW_MS);
+    let phases = |v: &Venue, market: MarketId| -> Vec<Phase> {
+        v.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Lifecycle {
+                    market: m, phase, ..
+                } if *m == market => Some(*phase),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(phases(&v, one), vec![Phase::Closed]);
+    assert_eq!(phases(&v, two), vec![]);
+    assert_eq!(
+        v.state.markets[two as usize].status,
+        sequencer::types::MarketStatus::Open
+    );
+}

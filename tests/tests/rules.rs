@@ -10,7 +10,7 @@ use sequencer::command::{AccountFlag, SeriesConfig, VenueConfig};
 use sequencer::event::{Event, Phase};
 use sequencer::limits::{
     DAY_MS, FILLS_LIMIT_MAX, FILLS_LIMIT_MIN, KEY_IP_ALLOWLIST_MAX, KEY_NAME_LEN_MAX,
-    MONEY_CENTS_MAX, PAYOUT_CENTS, SERIES_TICKER_LEN_MAX,
+    MONEY_CENTS_MAX, PAYOUT_CENTS, SERIES_TICKER_LEN_MAX, TS_MS_MAX,
 };
 use sequencer::query::OrderFilter;
 use sequencer::types::{
@@ -785,6 +785,33 @@ fn suspending_an_account_cancels_its_resting_orders() {
     }
 }
 
+/// Rules 1 kept a suspended account's resting orders on the book; the move
+/// to rules 2 cancels those, and only those (see
+/// `suspending_an_account_cancels_its_resting_orders`). A `SetRules` to the
+/// version the venue already runs is no move back: it is taken and changes
+/// nothing.
+#[test]
+fn the_move_to_rules_two_cancels_only_suspended_accounts_orders() {
+    let mut v = Venue::with_series_under(1, Venue::default_series());
+    let (a, b) = (v.trader(100_00), v.trader(100_00));
+    let suspended = v.place(a, "buy up 0.40 x5").unwrap();
+    let active = v.place(b, "buy down 0.30 x2").unwrap();
+    v.ok(Command::SetAccountFlag {
+        account: a.account,
+        flag: AccountFlag::Suspended,
+        value: true,
+    });
+    v.ok(Command::SetRules { version: 1 });
+    assert_eq!(v.state.rules, 1);
+    let status = |v: &Venue, id| v.state.order(id).unwrap().status;
+    assert_eq!(status(&v, suspended.id), OrderStatus::Resting);
+    assert_eq!(v.book(), "up:0.40:5|down:0.30:2");
+    v.ok(Command::SetRules { version: 2 });
+    assert_eq!(status(&v, suspended.id), OrderStatus::Canceled);
+    assert_eq!(status(&v, active.id), OrderStatus::Resting);
+    assert_eq!(v.book(), "up:|down:0.30:2");
+}
+
 #[test]
 fn keys_are_refused_when_revoked_expired_suspended_or_of_the_other_environment() {
     let mut v = Venue::new();
@@ -953,6 +980,40 @@ fn a_pause_refuses_new_orders_but_cancels_still_work() {
     assert_eq!(refusal(&mut v, now), "until must be a time in the future");
     assert!(refusal(&mut v, now / 1000 + 60).contains("this looks like seconds"));
     assert!(refusal(&mut v, u64::MAX).contains("past the largest time"));
+}
+
+/// Times are epoch ms from 0 to 9007199254740991 (SPEC, `TS_MS_MAX`): a
+/// pause may run until the largest time, and is refused one past it. A
+/// past `until` below 100000000000 (epoch seconds of any time since 1973)
+/// is refused as looking like seconds; from there on, as in the past.
+#[test]
+fn a_pause_may_run_until_the_largest_time_and_not_past_it() {
+    let mut v = Venue::new();
+    let message = |v: &mut Venue, until: u64| {
+        v.run(Command::PauseTrading {
+            until_ts_ms: Some(until),
+        })
+        .rejection()
+        .expect("refused")
+        .message
+        .clone()
+    };
+    assert!(message(&mut v, 99_999_999_999).contains("this looks like seconds"));
+    assert_eq!(
+        message(&mut v, 100_000_000_000),
+        "until must be a time in the future"
+    );
+    v.ok(Command::PauseTrading {
+        until_ts_ms: Some(TS_MS_MAX),
+    });
+    let past = v.run(Command::PauseTrading {
+        until_ts_ms: Some(TS_MS_MAX + 1),
+    });
+    assert!(past
+        .rejection()
+        .expect("refused")
+        .message
+        .contains("past the largest time"));
 }
 
 #[test]
@@ -1290,6 +1351,97 @@ fn prints_ahead_of_the_venue_clock_by_more_than_five_seconds_are_refused() {
     assert!(!v
         .run(Venue::print_of(SYMBOL, 1, v.now + 5_000))
         .is_rejected());
+}
+
+/// DESIGN §2: a window is open from its open to its close. A window the
+/// venue first reaches at its close (a print after its open came in early,
+/// and no command arrived during the window) closes without ever opening:
+/// no open event and no price to beat.
+#[test]
+fn a_window_first_reached_at_its_close_closes_without_opening() {
+    let mut v = Venue::empty();
+    list_unpriced_series(&mut v, "idle", 1);
+    let later = v.state.series_by_ticker("idle").unwrap().markets[1];
+    let (open, close) = {
+        let m = &v.state.markets[later as usize];
+        (m.open_ts_ms, m.close_ts_ms)
+    };
+    // Printed 1 s after the open, received 1 s before it.
+    v.now = open - 1_000;
+    v.ok(Venue::print_of("AAPL", 230, open + 1_000));
+    assert_eq!(
+        v.state.markets[later as usize].status,
+        MarketStatus::Scheduled
+    );
+    v.now = close;
+    v.ok(Command::Tick);
+    let m = &v.state.markets[later as usize];
+    assert_eq!(m.status, MarketStatus::Closed);
+    assert_eq!(m.price_to_beat_e8, None);
+    let phases: Vec<Phase> = v
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Lifecycle { market, phase, .. } if *market == later => Some(*phase),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(phases, vec![Phase::Closed]);
+}
+
+/// SPEC: `t_ms` is 0 to 9007199254740991; a print at the largest time is
+/// taken and one past it refused.
+#[test]
+fn a_print_at_the_largest_time_is_taken_and_one_past_it_refused() {
+    let mut v = Venue::empty();
+    v.now = TS_MS_MAX;
+    v.ok(Venue::print_of("AAPL", 230, TS_MS_MAX));
+    let past = v.run(Venue::print_of("AAPL", 230, TS_MS_MAX + 1));
+    let refusal = past.rejection().expect("refused");
+    assert_eq!(refusal.code, ErrorCode::BadRequest);
+    assert_eq!(refusal.message, "t_ms is out of range");
+}
+
+/// DESIGN §2: a symbol's prints never go back in time; two prints of the
+/// same millisecond do not, and both are taken.
+#[test]
+fn a_print_at_the_same_time_as_the_last_is_taken() {
+    let mut v = Venue::new();
+    v.now += 1_000;
+    v.ok(Venue::print_of(SYMBOL, 101, v.now));
+    v.ok(Venue::print_of(SYMBOL, 102, v.now));
+    let earlier = v.run(Venue::print_of(SYMBOL, 103, v.now - 1));
+    assert_eq!(
+        earlier.rejection().expect("refused").message,
+        "t_ms is before the symbol's last print"
+    );
+}
+
+/// limits.rs: the latest 4096 prints of a symbol are kept. A print at or
+/// after a window's close that came in ahead of it (the feed may lead the
+/// venue's clock) settles the window even behind 4095 later prints.
+#[test]
+fn the_latest_4096_prints_of_a_symbol_are_kept_for_settlement() {
+    let mut v = Venue::new();
+    let market = v.market();
+    let close = v.state.markets[market as usize].close_ts_ms;
+    v.now = close - 4_000;
+    v.check = false;
+    for _ in 0..10 {
+        v.print(100);
+    }
+    // The settlement print, 1 s after the close; then 4095 lower ones.
+    v.ok(Venue::print_of(SYMBOL, 150, close + 1_000));
+    for _ in 0..4_095 {
+        v.ok(Venue::print_of(SYMBOL, 50, close + 1_000));
+    }
+    v.check = true;
+    v.now = close;
+    v.ok(Command::Tick);
+    let m = &v.state.markets[market as usize];
+    assert_eq!(m.status, MarketStatus::Settled);
+    assert_eq!(m.settlement_price_e8, Some(150 * 100_000_000));
+    assert_eq!(m.result, Some(Outcome::Up));
 }
 
 /// SPEC: the portfolio reads need the Read permission; Trade allows
