@@ -331,6 +331,20 @@ impl Venue {
             .map_or(0, |p| p.count)
     }
 
+    /// The lifecycle steps `market` published in the events on record, in
+    /// order.
+    pub fn phases(&self, market: MarketId) -> Vec<sequencer::event::Phase> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Lifecycle {
+                    market: m, phase, ..
+                } if *m == market => Some(*phase),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The open market's book as `up:p:c,...|down:p:c,...` (the checksum text).
     pub fn book(&self) -> String {
         let market = &self.state.markets[self.market() as usize];

@@ -343,19 +343,8 @@ fn a_window_publishes_its_open_once_though_stepped_again_while_open() {
     );
     let one = v.market();
     v.advance(WINDOW_MS);
-    let phases = |v: &Venue, market: MarketId| -> Vec<Phase> {
-        v.events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Lifecycle {
-                    market: m, phase, ..
-                } if *m == market => Some(*phase),
-                _ => None,
-            })
-            .collect()
-    };
-    assert_eq!(phases(&v, one), vec![Phase::Closed]);
-    assert_eq!(phases(&v, two), vec![]);
+    assert_eq!(v.phases(one), vec![Phase::Closed]);
+    assert_eq!(v.phases(two), vec![]);
     assert_eq!(
         v.state.markets[two as usize].status,
         sequencer::types::MarketStatus::Open

@@ -236,18 +236,8 @@ fn the_window_close_cancels_resting_orders_and_settlement_pays_the_winners() {
     assert_eq!(v.cash(b), 100_00 - 4_00 - 17);
     assert!(v.state.account(a.account).unwrap().positions.is_empty());
     assert_eq!(v.state.account(a.account).unwrap().held, 0);
-    let phases: Vec<_> = v
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Lifecycle {
-                market: m, phase, ..
-            } if *m == market => Some(*phase),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        phases,
+        v.phases(market),
         vec![
             Phase::Closed,
             Phase::Settled {
@@ -1378,15 +1368,7 @@ fn a_window_first_reached_at_its_close_closes_without_opening() {
     let m = &v.state.markets[later as usize];
     assert_eq!(m.status, MarketStatus::Closed);
     assert_eq!(m.price_to_beat_e8, None);
-    let phases: Vec<Phase> = v
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Lifecycle { market, phase, .. } if *market == later => Some(*phase),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(phases, vec![Phase::Closed]);
+    assert_eq!(v.phases(later), vec![Phase::Closed]);
 }
 
 /// SPEC: `t_ms` is 0 to 9007199254740991; a print at the largest time is
