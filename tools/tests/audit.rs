@@ -168,8 +168,6 @@ fn node_config(dir: &Path) -> NodeConfig {
     }
 }
 
-/// Drives a node with the simulation, recording the live state at
-/// checkpoints; a snapshot is written on the way.
 /// `simulate`, its node closed (the journal as a stopped venue leaves
 /// it), with its data directory as an argument for `--data-dir`. Keep the
 /// run (as `_run` where it is not read): the directory goes with it.
@@ -180,6 +178,8 @@ fn simulate_closed(seed: u64, commands: u32) -> (SimRun, String) {
     (run, d)
 }
 
+/// Drives a node with the simulation, recording the live state at
+/// checkpoints; a snapshot is written on the way.
 fn simulate(seed: u64, commands: u32) -> SimRun {
     let dir = tempfile::tempdir().unwrap();
     let (mut node, _) = Node::open(node_config(dir.path()), SIM_T0).unwrap();
