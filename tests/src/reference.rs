@@ -231,13 +231,6 @@ impl Reference {
             .map(|o| o.remaining)
     }
 
-    /// True when the order rests somewhere.
-    pub fn is_resting(&self, id: OrderId) -> bool {
-        self.books
-            .values()
-            .any(|b| b.orders.iter().any(|o| o.id == id))
-    }
-
     /// A window closed: every order resting in it is cancelled.
     pub fn close(&mut self, market: MarketId) -> Vec<RefOrder> {
         self.books
