@@ -956,7 +956,11 @@ fn a_pause_refuses_new_orders_but_cancels_still_work() {
     v.ok(Command::ResumeTrading);
     v.place(a, "buy up 0.30 x1").unwrap();
     // A pause ending in the past, past the largest time, or given in
-    // seconds is refused, saying which.
+    // seconds is refused, saying which. Times are epoch ms from 0 to
+    // 9007199254740991 (SPEC, `TS_MS_MAX`): a pause may run until the
+    // largest time, not past it. A past `until` below 100000000000 (epoch
+    // seconds of any time since 1973) looks like seconds; from there on,
+    // it is in the past.
     let refusal = |v: &mut Venue, until: u64| {
         v.run(Command::PauseTrading {
             until_ts_ms: Some(until),
@@ -969,41 +973,16 @@ fn a_pause_refuses_new_orders_but_cancels_still_work() {
     let now = v.now;
     assert_eq!(refusal(&mut v, now), "until must be a time in the future");
     assert!(refusal(&mut v, now / 1000 + 60).contains("this looks like seconds"));
-    assert!(refusal(&mut v, u64::MAX).contains("past the largest time"));
-}
-
-/// Times are epoch ms from 0 to 9007199254740991 (SPEC, `TS_MS_MAX`): a
-/// pause may run until the largest time, and is refused one past it. A
-/// past `until` below 100000000000 (epoch seconds of any time since 1973)
-/// is refused as looking like seconds; from there on, as in the past.
-#[test]
-fn a_pause_may_run_until_the_largest_time_and_not_past_it() {
-    let mut v = Venue::new();
-    let message = |v: &mut Venue, until: u64| {
-        v.run(Command::PauseTrading {
-            until_ts_ms: Some(until),
-        })
-        .rejection()
-        .expect("refused")
-        .message
-        .clone()
-    };
-    assert!(message(&mut v, 99_999_999_999).contains("this looks like seconds"));
+    assert!(refusal(&mut v, 99_999_999_999).contains("this looks like seconds"));
     assert_eq!(
-        message(&mut v, 100_000_000_000),
+        refusal(&mut v, 100_000_000_000),
         "until must be a time in the future"
     );
+    assert!(refusal(&mut v, u64::MAX).contains("past the largest time"));
+    assert!(refusal(&mut v, TS_MS_MAX + 1).contains("past the largest time"));
     v.ok(Command::PauseTrading {
         until_ts_ms: Some(TS_MS_MAX),
     });
-    let past = v.run(Command::PauseTrading {
-        until_ts_ms: Some(TS_MS_MAX + 1),
-    });
-    assert!(past
-        .rejection()
-        .expect("refused")
-        .message
-        .contains("past the largest time"));
 }
 
 #[test]
@@ -1384,21 +1363,6 @@ fn a_print_at_the_largest_time_is_taken_and_one_past_it_refused() {
     assert_eq!(refusal.message, "t_ms is out of range");
 }
 
-/// DESIGN §2: a symbol's prints never go back in time; two prints of the
-/// same millisecond do not, and both are taken.
-#[test]
-fn a_print_at_the_same_time_as_the_last_is_taken() {
-    let mut v = Venue::new();
-    v.now += 1_000;
-    v.ok(Venue::print_of(SYMBOL, 101, v.now));
-    v.ok(Venue::print_of(SYMBOL, 102, v.now));
-    let earlier = v.run(Venue::print_of(SYMBOL, 103, v.now - 1));
-    assert_eq!(
-        earlier.rejection().expect("refused").message,
-        "t_ms is before the symbol's last print"
-    );
-}
-
 /// limits.rs: the latest 4096 prints of a symbol are kept. A print at or
 /// after a window's close that came in ahead of it (the feed may lead the
 /// venue's clock) settles the window even behind 4095 later prints.
@@ -1677,6 +1641,8 @@ fn the_market_list_matches_a_walk_over_every_market() {
     }
 }
 
+/// DESIGN §2: a symbol's prints never go back in time; two prints of the
+/// same millisecond do not, and both are taken.
 #[test]
 fn prints_may_not_go_back_in_time_and_symbols_are_checked() {
     let mut v = Venue::new();
@@ -1685,7 +1651,9 @@ fn prints_may_not_go_back_in_time_and_symbols_are_checked() {
         price_e8: 1,
         t_ms: T0 - 1,
     });
-    assert_eq!(back.rejection().unwrap().code, ErrorCode::BadRequest);
+    let refusal = back.rejection().unwrap();
+    assert_eq!(refusal.code, ErrorCode::BadRequest);
+    assert_eq!(refusal.message, "t_ms is before the symbol's last print");
     let lower = v.run(Command::Price {
         symbol: "x:btcusd".into(),
         price_e8: 1,
@@ -1698,6 +1666,14 @@ fn prints_may_not_go_back_in_time_and_symbols_are_checked() {
         t_ms: T0,
     });
     assert!(zero.is_rejected());
+    v.now += 1_000;
+    v.ok(Venue::print_of(SYMBOL, 101, v.now));
+    v.ok(Venue::print_of(SYMBOL, 102, v.now));
+    let earlier = v.run(Venue::print_of(SYMBOL, 103, v.now - 1));
+    assert_eq!(
+        earlier.rejection().expect("refused").message,
+        "t_ms is before the symbol's last print"
+    );
 }
 
 // ----- events and queries --------------------------------------------------------
@@ -1878,20 +1854,17 @@ fn order_and_fill_lists_are_newest_first_with_filters_and_cursors() {
         .unwrap();
     assert_eq!(older.items.len(), 3);
     assert!(older.items[0].id < fills.items[1].id);
-    assert_eq!(
-        v.state
-            .query_fills(a.key, None, Some(501), None)
-            .unwrap_err()
-            .code,
-        ErrorCode::BadRequest
-    );
-    assert_eq!(
-        v.state
-            .query_fills(a.key, None, Some(0), None)
-            .unwrap_err()
-            .code,
-        ErrorCode::BadRequest
-    );
+    // SPEC Limits: a fills page holds 1 to 500; a size outside that is
+    // refused with a message that names the parameter and its range.
+    for limit in [FILLS_LIMIT_MIN - 1, FILLS_LIMIT_MAX + 1] {
+        let reject = v
+            .state
+            .query_fills(a.key, None, Some(limit), None)
+            .unwrap_err();
+        assert_eq!(reject.code, ErrorCode::BadRequest);
+        let range = format!("limit must be an integer from {FILLS_LIMIT_MIN} to {FILLS_LIMIT_MAX}");
+        assert!(reject.message.contains(&range), "{}", reject.message);
+    }
 
     let positions = v.state.query_positions(a.key).unwrap();
     assert_eq!(positions.len(), 1);
@@ -2551,25 +2524,4 @@ fn the_longest_window_and_series_ticker_give_a_market_ticker_that_is_accepted() 
         }),
         Reply::Canceled { order_ids: vec![] }
     );
-}
-
-/// SPEC Limits: a fills page holds 1 to 500; a size outside that is
-/// refused with a message that names the parameter and its range.
-#[test]
-fn a_fills_page_size_outside_one_to_five_hundred_is_refused_naming_the_range() {
-    let mut v = Venue::new();
-    let a = v.trader(0);
-    for limit in [FILLS_LIMIT_MIN - 1, FILLS_LIMIT_MAX + 1] {
-        let reject = v
-            .state
-            .query_fills(a.key, None, Some(limit), None)
-            .unwrap_err();
-        assert_eq!(reject.code, ErrorCode::BadRequest);
-        let range = format!("limit must be an integer from {FILLS_LIMIT_MIN} to {FILLS_LIMIT_MAX}");
-        assert!(reject.message.contains(&range), "{}", reject.message);
-    }
-    assert!(v
-        .state
-        .query_fills(a.key, None, Some(FILLS_LIMIT_MAX), None)
-        .is_ok());
 }
