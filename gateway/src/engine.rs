@@ -1248,17 +1248,6 @@ mod tests {
         }
     }
 
-    /// A submitter on a queue of one, with a timeout of `timeout`.
-    fn test_submitter(timeout: Duration) -> (Submitter, BellReceiver<Job>) {
-        let (tx, rx) = bell::bounded(1);
-        let submitter = Submitter {
-            tx,
-            timeout,
-            metrics: Arc::new(Metrics::default()),
-        };
-        (submitter, rx)
-    }
-
     /// What each 503 of a write says, by what was asked: a place is retried
     /// with its client_order_id; a cancel is safe to repeat; a read is just
     /// retried. The busy and shutting-down answers on a real queue, full
@@ -1290,7 +1279,13 @@ mod tests {
             assert_eq!(error.code, ErrorCode::ExchangeUnavailable);
             error
         };
-        let (submitter, rx) = test_submitter(Duration::from_millis(5));
+        // A queue of one.
+        let (tx, rx) = bell::bounded(1);
+        let submitter = Submitter {
+            tx,
+            timeout: Duration::from_millis(5),
+            metrics: Arc::new(Metrics::default()),
+        };
         let full = Job::Internal {
             command: Command::Tick,
             reply: None,
