@@ -648,3 +648,62 @@ fn verify_on_a_good_journal() {
     assert_eq!(report.segments, recs.last().unwrap().segment + 1);
     assert!(journal::verify(&dir.path().join("nope")).is_err());
 }
+
+/// A segment that goes away after a reader chose it (a seek found it by
+/// its header, then it was removed) is a missing segment naming the next
+/// one present, also when a name is still listed but leads nowhere (a
+/// dangling link); with nothing after it the reader is at the end.
+#[test]
+fn a_segment_removed_under_a_reader_is_missing_naming_the_next_one() {
+    let (dir, recs) = setup();
+    let first_of_2 = recs.iter().find(|r| r.segment == 2).unwrap().seq;
+    let last = recs.last().unwrap();
+    let mut r = Reader::open(dir.path()).unwrap();
+    r.seek(first_of_2).unwrap();
+    let mut dangling = Reader::open(dir.path()).unwrap();
+    dangling.seek(first_of_2).unwrap();
+    let mut at_end = Reader::open(dir.path()).unwrap();
+    at_end.seek(last.seq).unwrap();
+    fs::remove_file(seg_path(dir.path(), 2)).unwrap();
+    let missing = |r: &mut Reader| match r.next() {
+        Err(JournalError::MissingSegment { expected, found }) => (expected, found),
+        other => panic!("{other:?}"),
+    };
+    let want = (seg_path(dir.path(), 2), seg_path(dir.path(), 3));
+    assert_eq!(missing(&mut r), want);
+    std::os::unix::fs::symlink(dir.path().join("gone"), seg_path(dir.path(), 2)).unwrap();
+    assert_eq!(missing(&mut dangling), want);
+    for index in last.segment..=last.segment + 1 {
+        let _ = fs::remove_file(seg_path(dir.path(), index));
+    }
+    assert!(at_end.next().unwrap().is_none());
+}
+
+/// A segment that cannot be opened for another reason than its absence
+/// (here a link that loops) is an I/O error naming it: a reader never
+/// takes it for a missing segment, nor the journal for empty.
+#[test]
+fn a_segment_that_cannot_be_opened_is_an_io_error_not_an_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = seg_path(dir.path(), 0);
+    std::os::unix::fs::symlink(&path, &path).unwrap();
+    let mut r = Reader::open(dir.path()).unwrap();
+    match r.next() {
+        Err(JournalError::Io { context, .. }) => {
+            assert!(context.contains(&path.display().to_string()), "{context}")
+        }
+        other => panic!("{other:?}"),
+    }
+    make_journal(&dir.path().join("other"), SEG, 1);
+    fs::copy(
+        seg_path(&dir.path().join("other"), 0),
+        seg_path(dir.path(), 1),
+    )
+    .unwrap();
+    match r.next() {
+        Err(JournalError::Io { context, .. }) => {
+            assert!(context.contains(&path.display().to_string()), "{context}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
