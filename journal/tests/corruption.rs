@@ -707,3 +707,34 @@ fn a_segment_that_cannot_be_opened_is_an_io_error_not_an_end() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A segment file cut to less than a segment header, or to the header
+/// alone, is damage at its offset 0 for a reader, which says which: a
+/// length no segment has, or a header that names another length.
+#[test]
+fn a_reader_names_a_segment_cut_to_its_header_or_less() {
+    let (dir, recs) = setup();
+    let path = seg_path(dir.path(), 1);
+    let saved = fs::read(&path).unwrap();
+    for (len, says) in [
+        (16, "segment file length 16 is not a valid segment size".to_string()),
+        (48, "segment file length 48 is not a valid segment size".to_string()),
+        (100, "segment file length 100 is not a valid segment size".to_string()),
+        (64, format!("header (index 1, {SEG} bytes) disagrees with the file (index 1, 64 bytes)")),
+    ] {
+        fs::write(&path, &saved[..len]).unwrap();
+        let err = reader_error(dir.path(), |rec| assert_eq!(rec.segment, 0));
+        match err {
+            JournalError::Corrupt {
+                segment,
+                offset,
+                reason,
+            } => {
+                assert_eq!((segment, offset), (path.clone(), 0), "{len}");
+                assert_eq!(reason, says, "{len}");
+            }
+            other => panic!("{len}: {other:?}"),
+        }
+    }
+    assert!(recs.iter().any(|r| r.segment == 1));
+}
