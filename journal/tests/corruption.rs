@@ -738,3 +738,56 @@ fn a_reader_names_a_segment_cut_to_its_header_or_less() {
     }
     assert!(recs.iter().any(|r| r.segment == 1));
 }
+
+/// A segment file cut to less than a segment header has no header to
+/// read: verify and open name it at offset 0. One cut to its header
+/// alone still has it: it is cut short where its records would start,
+/// named there, and a cut there loses only the later segments.
+#[test]
+fn a_segment_cut_to_its_header_or_less_is_named_by_open_and_verify() {
+    let (dir, recs) = setup();
+    let path = seg_path(dir.path(), 1);
+    let saved = fs::read(&path).unwrap();
+    let last_in_0 = recs.iter().filter(|r| r.segment == 0).last().unwrap().seq;
+    fs::write(&path, &saved[..40]).unwrap();
+    let report = journal::verify(dir.path()).unwrap();
+    let p = report.problem.unwrap();
+    assert_eq!(
+        (p.segment_index, p.offset, p.kind),
+        (1, 0, ProblemKind::BadSegmentHeader)
+    );
+    let says = "file is 40 bytes, shorter than the 64-byte segment header";
+    assert_eq!(p.reason, says);
+    assert_eq!(report.last_seq, Some(last_in_0));
+    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+        JournalError::Corrupt {
+            segment,
+            offset,
+            reason,
+        } => assert_eq!((segment, offset, reason.as_str()), (path.clone(), 0, says)),
+        other => panic!("{other:?}"),
+    }
+
+    fs::write(&path, &saved[..64]).unwrap();
+    let report = journal::verify(dir.path()).unwrap();
+    let p = report.problem.unwrap();
+    assert_eq!((p.segment_index, p.offset, p.kind), (1, 64, ProblemKind::Corrupt));
+    assert!(
+        p.reason
+            .contains(&format!("the file is cut short: 64 of the {SEG} bytes")),
+        "{}",
+        p.reason
+    );
+    assert_eq!(report.last_seq, Some(last_in_0));
+    let (j, rec) = Journal::open(with_truncate(dir.path())).unwrap();
+    let t = rec.truncated_tail.unwrap();
+    assert_eq!((t.segment_index, t.offset), (1, 64));
+    assert_eq!(t.segments_removed.first(), Some(&seg_path(dir.path(), 2)));
+    assert_eq!(rec.last_seq, Some(last_in_0));
+    // Kept by the cut, it holds no record: the last segment, empty, goes
+    // as after a crash at its roll, and the next append makes it again.
+    assert_eq!(t.segments_removed.last(), Some(&path));
+    assert!(!path.exists());
+    goes_on(dir.path(), j, last_in_0 + 1, last_in_0 + 50);
+    assert_eq!(fs::metadata(&path).unwrap().len(), SEG);
+}
