@@ -470,6 +470,30 @@ fn seq_gap_inside_a_segment_with_valid_crcs_is_an_error() {
     r.seek(victim.seq - 1).unwrap();
     assert_eq!(r.next().unwrap().unwrap().seq, victim.seq - 1);
     assert!(matches!(r.next(), Err(JournalError::SeqGap { .. })));
+
+    // The file cut short after the gap as well: the gap, met first, keeps
+    // its kind and place for verify and open.
+    let later = recs.iter().find(|r| r.seq == victim.seq + 2).unwrap();
+    assert_eq!(later.segment, 1);
+    cut_file(&seg_path(dir.path(), 1), later.offset + 37);
+    let p = journal::verify(dir.path()).unwrap().problem.unwrap();
+    let gap = ProblemKind::SeqGap {
+        expected: victim.seq,
+        found: victim.seq + 3,
+    };
+    assert_eq!((p.segment_index, p.offset, p.kind), (1, victim.offset, gap));
+    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+        JournalError::SeqGap {
+            offset,
+            expected,
+            found,
+            ..
+        } => assert_eq!(
+            (offset, expected, found),
+            (victim.offset, victim.seq, victim.seq + 3)
+        ),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A segment file cut short (segments are made whole and never shrunk,
