@@ -815,3 +815,31 @@ fn a_segment_cut_to_its_header_or_less_is_named_by_open_and_verify() {
     goes_on(dir.path(), j, last_in_0 + 1, last_in_0 + 50);
     assert_eq!(fs::metadata(&path).unwrap().len(), SEG);
 }
+
+/// The seal of a segment that is not the last, damaged (its checksum
+/// fails), is damage inside the log named at the seal: nothing valid
+/// follows it in its segment, but later segments do, so it is never taken
+/// for a torn tail and cut with every later segment.
+#[test]
+fn a_damaged_seal_of_a_middle_segment_is_damage_not_a_torn_tail() {
+    let (dir, recs) = setup();
+    let seal = seal_offset(&recs, 0).expect("segment 0 has a seal");
+    let path = seg_path(dir.path(), 0);
+    patch_file(&path, |b| b[seal as usize + 8] ^= 0x01);
+    let before = segment_count(dir.path());
+    let p = journal::verify(dir.path()).unwrap().problem.unwrap();
+    assert_eq!((p.kind, p.segment_index, p.offset), (ProblemKind::Corrupt, 0, seal));
+    assert!(p.reason.starts_with("record crc mismatch"), "{}", p.reason);
+    match Journal::open(config(dir.path(), SEG)).unwrap_err() {
+        JournalError::Corrupt {
+            segment,
+            offset,
+            reason,
+        } => {
+            assert_eq!((segment, offset), (path.clone(), seal));
+            assert_eq!(reason, p.reason);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(segment_count(dir.path()), before, "nothing was cut");
+}

@@ -318,3 +318,38 @@ fn a_torn_only_record_after_trimmed_segments_keeps_the_seq_before_it() {
     assert_eq!(recs.len(), 1);
     assert_eq!((recs[0].seq, recs[0].segment), (seq, 2));
 }
+
+/// A torn tail is named by what is wrong with it (a checksum that fails,
+/// or a marker never written) and by how many bytes it spans, up to its
+/// last non-zero byte; open cuts exactly those.
+#[test]
+fn a_torn_tail_names_its_damage_and_its_length() {
+    let base = tempfile::tempdir().unwrap();
+    let n = 700;
+    let (segment, rec_off, rec_len) = build(base.path(), n);
+    let rec_off = rec_off as usize;
+    let span = format!("({rec_len} bytes up to the last non-zero byte)");
+    for (damage, says) in [
+        (40, "torn tail: record crc mismatch"),
+        (0, "torn tail: partly written record (its marker is still zero)"),
+    ] {
+        let work = tempfile::tempdir().unwrap();
+        copy_dir(base.path(), work.path());
+        patch_file(&seg_path(work.path(), segment), |b| {
+            if damage == 0 {
+                b[rec_off..rec_off + 4].fill(0)
+            } else {
+                b[rec_off + damage] ^= 0x10
+            }
+        });
+        let p = journal::verify(work.path()).unwrap().problem.unwrap();
+        assert_eq!((p.kind, p.offset), (ProblemKind::TornTail, rec_off as u64));
+        assert!(p.reason.starts_with(says), "{}", p.reason);
+        assert!(p.reason.ends_with(&span), "{}", p.reason);
+        let (_, rec) = Journal::open(config(work.path(), SEG)).unwrap();
+        let t = rec.truncated_tail.unwrap();
+        assert_eq!(t.reason, p.reason);
+        assert_eq!(t.bytes_dropped, rec_len as u64);
+        assert_eq!(rec.last_seq, Some(n - 1));
+    }
+}
