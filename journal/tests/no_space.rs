@@ -102,3 +102,49 @@ fn assert_records_sized(dir: &Path, last: u64) {
         assert_eq!(r.payload, payload(r.seq, 4000));
     }
 }
+
+/// A segment file cut short is made whole again at the length its header
+/// names (its checksum good) only when a venue could have made that size:
+/// a multiple of the size unit, at most `SEGMENT_BYTES_MAX`. Any other is
+/// refused before a byte is written; the largest is taken (on a small
+/// file system the fill then fails for room, naming the segment).
+#[test]
+fn a_cut_makes_a_segment_whole_only_at_a_size_a_venue_makes() {
+    let Some(fs) = TinyFs::mount("1m") else {
+        return;
+    };
+    let jdir: PathBuf = fs.path().join("journal");
+    make_journal(&jdir, SEG, 1200);
+    let recs = read_all(&jdir);
+    assert!(recs.last().unwrap().segment >= 2);
+    let in_1: Vec<&Owned> = recs.iter().filter(|r| r.segment == 1).collect();
+    let cut_len = in_1[in_1.len() / 2].offset + 37;
+    let path = seg_path(&jdir, 1);
+    cut_file(&path, cut_len);
+    let says = |bytes: u64| {
+        patch_file(&path, |b| {
+            let mut h = journal::format::SegmentHeader::decode(&b[..64]).unwrap();
+            h.segment_bytes = bytes;
+            b[..64].copy_from_slice(&h.encode());
+        })
+    };
+    let mut cfg = config(&jdir, SEG);
+    cfg.truncate_on_corruption = true;
+    for bytes in [SEG + 2048, journal::SEGMENT_BYTES_MAX + SEG] {
+        says(bytes);
+        match Journal::open(cfg.clone()) {
+            Err(JournalError::Invalid(why)) => {
+                let want = format!("its header says {bytes} bytes");
+                assert!(why.contains(&want), "{why}");
+                assert!(why.contains(&path.display().to_string()), "{why}");
+            }
+            other => panic!("{bytes}: {other:?}"),
+        }
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), cut_len);
+    }
+    says(journal::SEGMENT_BYTES_MAX);
+    match Journal::open(cfg) {
+        Err(JournalError::NoSpace { path: at, .. }) => assert_eq!(at, path),
+        other => panic!("{other:?}"),
+    }
+}
