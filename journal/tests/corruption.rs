@@ -843,3 +843,39 @@ fn a_damaged_seal_of_a_middle_segment_is_damage_not_a_torn_tail() {
     }
     assert_eq!(segment_count(dir.path()), before, "nothing was cut");
 }
+
+/// `truncate_after` cuts only at a record boundary inside the file: an
+/// offset inside the segment header, off the 16-byte grid or past the
+/// file's end is refused, naming the offset, and changes nothing. At the
+/// file's end it keeps the whole segment and drops the later ones.
+#[test]
+fn truncate_after_refuses_offsets_that_are_not_record_boundaries_in_the_file() {
+    let (dir, recs) = setup();
+    let victim = middle_record(&recs).clone();
+    let before = fs::read(seg_path(dir.path(), 1)).unwrap();
+    for offset in [32, victim.offset + 8, SEG + 16] {
+        match journal::truncate_after(dir.path(), 1, offset) {
+            Err(JournalError::Invalid(why)) => assert!(
+                why.contains(&format!("at offset {offset}: not a record boundary")),
+                "{why}"
+            ),
+            other => panic!("{offset}: {other:?}"),
+        }
+        assert_eq!(fs::read(seg_path(dir.path(), 1)).unwrap(), before);
+    }
+    assert!(journal::verify(dir.path()).unwrap().is_ok());
+    let segments = segment_count(dir.path()) as u64;
+    let t = journal::truncate_after(dir.path(), 1, SEG).unwrap();
+    assert_eq!(t.bytes_dropped, 0);
+    assert_eq!(
+        t.segments_removed,
+        (2..segments)
+            .map(|i| seg_path(dir.path(), i))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(fs::read(seg_path(dir.path(), 1)).unwrap(), before);
+    let report = journal::verify(dir.path()).unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    let last_in_1 = recs.iter().filter(|r| r.segment == 1).last().unwrap().seq;
+    assert_eq!(report.last_seq, Some(last_in_1));
+}
