@@ -97,6 +97,7 @@ fn reopen_continues_the_sequence_and_rejects_wrong_seqs() {
     assert_eq!(rec.first_seq, Some(1));
     assert_eq!(rec.last_seq, Some(10));
     assert_eq!(rec.truncated_tail, None);
+    assert_eq!((rec.next_seq, rec.end_seq()), (Some(11), 10));
     assert_eq!(j.last_seq(), Some(10));
     assert_eq!(j.dir(), dir.path());
     for bad in [12, 10, 1, 0, u64::MAX] {
@@ -185,6 +186,7 @@ fn empty_journal_opens_reads_and_verifies() {
     let (j, rec) = Journal::open(config(&jdir, SEG)).unwrap();
     assert!(jdir.is_dir(), "open creates the directory");
     assert_eq!((rec.records, rec.last_seq, rec.segments), (0, None, 0));
+    assert_eq!((rec.next_seq, rec.end_seq()), (None, 0), "a new journal");
     assert_eq!(j.last_seq(), None);
     let mut r = Reader::open(&jdir).unwrap();
     assert!(r.next().unwrap().is_none());

@@ -301,6 +301,7 @@ fn a_torn_only_record_after_trimmed_segments_keeps_the_seq_before_it() {
         Some(seq),
         "the seq the next record must carry"
     );
+    assert_eq!(rec.end_seq(), seq - 1, "the journal ends at the seq before");
     assert!(rec.truncated_tail.is_some());
     j.close().unwrap();
     // The emptied segment stays: its header is all that says where the
