@@ -210,6 +210,11 @@ fn bad_segment_size_is_rejected() {
             "{bytes}"
         );
     }
+    // The unit itself is the smallest segment.
+    let (mut j, _) = Journal::open(config(dir.path(), 4096)).unwrap();
+    j.append(1, 1, b"smallest").unwrap();
+    j.close().unwrap();
+    assert_eq!(read_all(dir.path())[0].payload, b"smallest");
 }
 
 #[test]
