@@ -55,12 +55,10 @@ fn a_snapshot_plus_the_tail_gives_the_identical_state() {
     let live = run_live(dir.path(), &commands, Some(commands.len() / 2));
     let snaps = snapshot::list(&dir.path().join("snapshots"));
     assert_eq!(snaps.len(), 1);
-    let from_snapshot = replay(
-        &dir.path().join("journal"),
-        Some(&dir.path().join("snapshots")),
-        Until::End,
-    )
-    .unwrap();
+    // Found where the tools look for a data directory's snapshots.
+    let snapshots = replay::rebuild::default_snapshot_dir(dir.path());
+    assert_eq!(snapshots, dir.path().join("snapshots"));
+    let from_snapshot = replay(&dir.path().join("journal"), Some(&snapshots), Until::End).unwrap();
     assert_eq!(from_snapshot.from_snapshot, Some(snaps[0].0));
     assert!(from_snapshot.applied < live.last_seq);
     assert_eq!(from_snapshot.state.state_hash(), live.state_hash());
