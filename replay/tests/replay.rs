@@ -154,6 +154,17 @@ fn a_snapshot_of_another_journal_is_passed_over() {
     let (own_seq, own) = ours.first().expect("a snapshot of its own");
     assert!(own_seq < seq, "the copied one is the newest");
     assert!(snapshot::load_tied(own).unwrap().1.is_some(), "tied");
+    // Its tie, read from its head alone: its seq and the checksum of the
+    // journal's record there.
+    let mut reader = journal::Reader::open(&dir.path().join("journal")).unwrap();
+    reader.seek(*own_seq).unwrap();
+    let record = reader.next().unwrap().unwrap();
+    assert_eq!(record.seq, *own_seq);
+    assert_eq!(
+        snapshot::journal_tie(own).unwrap(),
+        (*own_seq, Some(record.crc))
+    );
+    assert_eq!(snapshot::load_tied(own).unwrap().1, Some(record.crc));
     std::fs::copy(
         path,
         dir.path().join("snapshots").join(snapshot::file_name(*seq)),
