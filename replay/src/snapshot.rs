@@ -804,6 +804,26 @@ mod tests {
                 "{reason:?} should say {expected:?}"
             );
         }
+        // The tie is read from the head alone (the header and the first
+        // section; the payload's checksum is `load`'s to check): a header
+        // with no section names no record, a file with no header is damage.
+        let tie = |bytes: &[u8]| {
+            fs::write(&broken, bytes).unwrap();
+            journal_tie(&broken)
+        };
+        assert_eq!(tie(&good).unwrap(), (77, Some(0xdead_beef)));
+        assert_eq!(tie(&good[..HEADER_LEN]).unwrap(), (77, None));
+        for bytes in [
+            good[..HEADER_LEN - 1].to_vec(),
+            [b"NOTASNAP".as_slice(), &good[8..]].concat(),
+        ] {
+            match tie(&bytes) {
+                Err(SnapshotError::Damaged { reason, .. }) => {
+                    assert_eq!(reason, "no snapshot header")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     /// A header whose seq is not the one of the state the payload holds
