@@ -243,6 +243,13 @@ mod tests {
         let err = SegmentHeader::decode(&b).unwrap_err();
         assert!(err.contains("crc mismatch"), "{err}");
         b[25] ^= 1;
+        // Bytes after the header are not its business; fewer are no header.
+        let longer = [&b[..], &[0xAB; 36][..]].concat();
+        assert_eq!(SegmentHeader::decode(&longer), Ok(h));
+        assert_eq!(
+            SegmentHeader::decode(&b[..40]),
+            Err("header is 40 bytes, expected 64".to_string())
+        );
         b[0] = b'X';
         assert!(SegmentHeader::decode(&b).unwrap_err().contains("magic"));
     }

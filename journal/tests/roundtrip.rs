@@ -106,6 +106,8 @@ fn reopen_continues_the_sequence_and_rejects_wrong_seqs() {
             other => panic!("append({bad}) gave {other:?}"),
         }
     }
+    let refused = j.append(12, 1, b"nope").unwrap_err();
+    assert!(!refused.is_corruption(), "a caller's mistake, not damage");
     // A rejected append leaves nothing behind.
     assert_eq!(j.last_seq(), Some(10));
     write_range(&mut j, 11, 700);
