@@ -272,6 +272,14 @@ mod tests {
                 crc: read_u32(&h, 20),
             }
         );
+        // Every field read back whole: a kind past one byte, a seq past 56 bits.
+        let h = encode_record_header(RECORD_MARKER, u64::MAX - 1, 0xBEEF, &payload);
+        seg[0..32].copy_from_slice(&h);
+        match decode_slot(&seg, 0, RECORD_MARKER) {
+            Slot::Record { seq, kind, .. } => assert_eq!((seq, kind), (u64::MAX - 1, 0xBEEF)),
+            other => panic!("{other:?}"),
+        }
+        seg[0..32].copy_from_slice(&encode_record_header(RECORD_MARKER, 42, 3, &payload));
         for bit in 0..(32 + payload.len()) * 8 {
             let mut damaged = seg.clone();
             damaged[bit / 8] ^= 1 << (bit % 8);
