@@ -747,6 +747,20 @@ fn a_reader_names_a_segment_cut_to_its_header_or_less() {
         (64, format!("header (index 1, {SEG} bytes) disagrees with the file (index 1, 64 bytes)")),
     ] {
         fs::write(&path, &saved[..len]).unwrap();
+        if len < 64 {
+            // A seek, which reads the headers, names it too.
+            match Reader::open(dir.path()).unwrap().seek(1) {
+                Err(JournalError::Corrupt {
+                    segment,
+                    offset: 0,
+                    reason,
+                }) => {
+                    assert_eq!(segment, path);
+                    assert_eq!(reason, "file is shorter than the segment header");
+                }
+                other => panic!("{len}: {other:?}"),
+            }
+        }
         let err = reader_error(dir.path(), |rec| assert_eq!(rec.segment, 0));
         match err {
             JournalError::Corrupt {

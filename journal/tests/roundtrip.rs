@@ -336,3 +336,21 @@ fn an_empty_record_in_a_segments_last_32_bytes_is_read() {
     assert_eq!((rec.records, rec.last_seq), (3, Some(3)));
     assert_eq!(j.last_seq(), Some(3));
 }
+
+/// A segment a writer was building when it stopped (still under its
+/// temporary name) is no segment: readers and verify pass it by, and the
+/// next open removes it.
+#[test]
+fn a_half_built_segment_is_ignored_by_readers_and_removed_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    make_journal(dir.path(), SEG, 10);
+    let temp = dir.path().join("00000000000000000007.seg.tmp");
+    std::fs::write(&temp, vec![0x5Au8; 1000]).unwrap();
+    assert_records(&read_all(dir.path()), 1, 10);
+    assert!(journal::verify(dir.path()).unwrap().is_ok());
+    let (j, rec) = Journal::open(config(dir.path(), SEG)).unwrap();
+    assert_eq!((rec.last_seq, rec.segments), (Some(10), 1));
+    assert!(!temp.exists(), "removed at open");
+    drop(j);
+    assert_records(&read_all(dir.path()), 1, 10);
+}
