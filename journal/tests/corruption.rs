@@ -741,10 +741,22 @@ fn a_reader_names_a_segment_cut_to_its_header_or_less() {
     let path = seg_path(dir.path(), 1);
     let saved = fs::read(&path).unwrap();
     for (len, says) in [
-        (16, "segment file length 16 is not a valid segment size".to_string()),
-        (48, "segment file length 48 is not a valid segment size".to_string()),
-        (100, "segment file length 100 is not a valid segment size".to_string()),
-        (64, format!("header (index 1, {SEG} bytes) disagrees with the file (index 1, 64 bytes)")),
+        (
+            16,
+            "segment file length 16 is not a valid segment size".to_string(),
+        ),
+        (
+            48,
+            "segment file length 48 is not a valid segment size".to_string(),
+        ),
+        (
+            100,
+            "segment file length 100 is not a valid segment size".to_string(),
+        ),
+        (
+            64,
+            format!("header (index 1, {SEG} bytes) disagrees with the file (index 1, 64 bytes)"),
+        ),
     ] {
         fs::write(&path, &saved[..len]).unwrap();
         if len < 64 {
@@ -809,7 +821,10 @@ fn a_segment_cut_to_its_header_or_less_is_named_by_open_and_verify() {
     fs::write(&path, &saved[..64]).unwrap();
     let report = journal::verify(dir.path()).unwrap();
     let p = report.problem.unwrap();
-    assert_eq!((p.segment_index, p.offset, p.kind), (1, 64, ProblemKind::Corrupt));
+    assert_eq!(
+        (p.segment_index, p.offset, p.kind),
+        (1, 64, ProblemKind::Corrupt)
+    );
     assert!(
         p.reason
             .contains(&format!("the file is cut short: 64 of the {SEG} bytes")),
@@ -842,7 +857,10 @@ fn a_damaged_seal_of_a_middle_segment_is_damage_not_a_torn_tail() {
     patch_file(&path, |b| b[seal as usize + 8] ^= 0x01);
     let before = segment_count(dir.path());
     let p = journal::verify(dir.path()).unwrap().problem.unwrap();
-    assert_eq!((p.kind, p.segment_index, p.offset), (ProblemKind::Corrupt, 0, seal));
+    assert_eq!(
+        (p.kind, p.segment_index, p.offset),
+        (ProblemKind::Corrupt, 0, seal)
+    );
     assert!(p.reason.starts_with("record crc mismatch"), "{}", p.reason);
     match Journal::open(config(dir.path(), SEG)).unwrap_err() {
         JournalError::Corrupt {

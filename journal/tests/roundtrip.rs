@@ -295,7 +295,10 @@ fn seek_to_a_segments_first_seq_reads_nothing_before_it() {
     match r.next() {
         Err(JournalError::Corrupt {
             segment, offset, ..
-        }) => assert_eq!((segment, offset), (seg_path(dir.path(), 1), last_of_1.offset)),
+        }) => assert_eq!(
+            (segment, offset),
+            (seg_path(dir.path(), 1), last_of_1.offset)
+        ),
         other => panic!("{other:?}"),
     }
 }
@@ -317,7 +320,10 @@ fn an_empty_record_in_a_segments_last_32_bytes_is_read() {
     j.append(2, 2, b"").unwrap();
     j.commit().unwrap();
     let rec = live.next().unwrap().expect("the empty record at the end");
-    assert_eq!((rec.seq, rec.kind, rec.segment, rec.offset), (2, 2, 0, 4064));
+    assert_eq!(
+        (rec.seq, rec.kind, rec.segment, rec.offset),
+        (2, 2, 0, 4064)
+    );
     assert!(rec.payload.is_empty());
     assert!(live.next().unwrap().is_none());
     j.append(3, 3, b"next").unwrap();

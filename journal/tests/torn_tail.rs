@@ -332,7 +332,10 @@ fn a_torn_tail_names_its_damage_and_its_length() {
     let span = format!("({rec_len} bytes up to the last non-zero byte)");
     for (damage, says) in [
         (40, "torn tail: record crc mismatch"),
-        (0, "torn tail: partly written record (its marker is still zero)"),
+        (
+            0,
+            "torn tail: partly written record (its marker is still zero)",
+        ),
     ] {
         let work = tempfile::tempdir().unwrap();
         copy_dir(base.path(), work.path());

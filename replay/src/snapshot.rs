@@ -772,7 +772,10 @@ mod tests {
         let broken = dir.path().join("broken.snap");
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (good[..HEADER_LEN - 1].to_vec(), "no snapshot header"),
-            (good[..HEADER_LEN].to_vec(), "payload is 0 bytes, header says"),
+            (
+                good[..HEADER_LEN].to_vec(),
+                "payload is 0 bytes, header says",
+            ),
             (
                 [b"NOTASNAP".as_slice(), &good[8..]].concat(),
                 "no snapshot header",
