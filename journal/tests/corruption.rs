@@ -798,7 +798,7 @@ fn a_segment_cut_to_its_header_or_less_is_named_by_open_and_verify() {
     let (dir, recs) = setup();
     let path = seg_path(dir.path(), 1);
     let saved = fs::read(&path).unwrap();
-    let last_in_0 = recs.iter().filter(|r| r.segment == 0).last().unwrap().seq;
+    let last_in_0 = recs.iter().rfind(|r| r.segment == 0).unwrap().seq;
     fs::write(&path, &saved[..40]).unwrap();
     let report = journal::verify(dir.path()).unwrap();
     let p = report.problem.unwrap();
@@ -908,6 +908,6 @@ fn truncate_after_refuses_offsets_that_are_not_record_boundaries_in_the_file() {
     assert_eq!(fs::read(seg_path(dir.path(), 1)).unwrap(), before);
     let report = journal::verify(dir.path()).unwrap();
     assert!(report.is_ok(), "{report:?}");
-    let last_in_1 = recs.iter().filter(|r| r.segment == 1).last().unwrap().seq;
+    let last_in_1 = recs.iter().rfind(|r| r.segment == 1).unwrap().seq;
     assert_eq!(report.last_seq, Some(last_in_1));
 }
