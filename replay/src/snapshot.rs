@@ -817,6 +817,10 @@ mod tests {
         };
         assert_eq!(tie(&good).unwrap(), (77, Some(0xdead_beef)));
         assert_eq!(tie(&good[..HEADER_LEN]).unwrap(), (77, None));
+        // A first section that is not a whole journal section names none.
+        let mut odd = good.clone();
+        odd[HEADER_LEN + 8..HEADER_LEN + 16].copy_from_slice(&17u64.to_le_bytes());
+        assert_eq!(tie(&odd).unwrap(), (77, None));
         for bytes in [
             good[..HEADER_LEN - 1].to_vec(),
             [b"NOTASNAP".as_slice(), &good[8..]].concat(),
