@@ -1071,6 +1071,7 @@ mod tests {
             s
         };
         let good = section(SECTION_SHELL, &shell, shell.len() as u64);
+        let tie = section(SECTION_JOURNAL, &[7; SECTION_JOURNAL_LEN], 16);
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (Vec::new(), "no state section"),
             ([good.clone(), good.clone()].concat(), "unexpected section"),
@@ -1083,6 +1084,28 @@ mod tests {
             (
                 section(SECTION_ORDERS, &shell, shell.len() as u64),
                 "no state section",
+            ),
+            // A state section that does not decode is named as such.
+            (
+                section(SECTION_SHELL, &[0xFF; 64], 64),
+                "the state section: ",
+            ),
+            // The lists live in their own sections only, orders or fills.
+            (
+                {
+                    let with_orders = rkyv::to_bytes::<RkyvError>(&history(1, 0)).unwrap();
+                    section(SECTION_SHELL, &with_orders, with_orders.len() as u64)
+                },
+                "the state section holds orders or fills",
+            ),
+            // One journal section of its own length, no other.
+            (
+                [tie.clone(), tie.clone(), good.clone()].concat(),
+                "unexpected section of kind 4",
+            ),
+            (
+                [section(SECTION_JOURNAL, &[1, 2, 3, 4], 4), good.clone()].concat(),
+                "unexpected section of kind 4",
             ),
         ];
         for (payload, expected) in cases {
@@ -1097,5 +1120,9 @@ mod tests {
         let mut aligned = AlignedVec::<16>::new();
         aligned.extend_from_slice(&good);
         assert_eq!(decode_sections(&aligned).unwrap(), (State::default(), None));
+        let mut aligned = AlignedVec::<16>::new();
+        aligned.extend_from_slice(&[tie, good].concat());
+        let tied = decode_sections(&aligned).unwrap();
+        assert_eq!(tied, (State::default(), Some(0x0707_0707)));
     }
 }
