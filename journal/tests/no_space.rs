@@ -10,6 +10,12 @@ use std::process::Command;
 use common::*;
 use journal::{Journal, JournalError};
 
+/// Held by each test here for its whole run: a test's `mount` or `umount`
+/// child, forked while the other test holds a journal's `LOCK` open,
+/// holds that lock too until it execs, and the other test's next open of
+/// the journal is refused as if another writer ran.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A mounted tmpfs that is unmounted when dropped, even if the test panics.
 struct TinyFs {
     dir: tempfile::TempDir,
@@ -49,6 +55,7 @@ fn full_disk_is_no_space_at_segment_creation() {
     // 50 pages: three 16-page segments, a 1-page ballast file, and one free
     // page, so the fourth segment's header fits but the rest does not (without
     // preallocation, stores into its holes would raise SIGBUS).
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(fs) = TinyFs::mount("200k") else {
         return;
     };
@@ -110,6 +117,7 @@ fn assert_records_sized(dir: &Path, last: u64) {
 /// file system the fill then fails for room, naming the segment).
 #[test]
 fn a_cut_makes_a_segment_whole_only_at_a_size_a_venue_makes() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(fs) = TinyFs::mount("1m") else {
         return;
     };
