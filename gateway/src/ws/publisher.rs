@@ -1452,4 +1452,257 @@ mod tests {
         let text = format!("up:0.55:12,0.54:5|down:{}", down.join(","));
         assert_eq!(checksum(&book), crc32fast::hash(text.as_bytes()));
     }
+
+    // ----- one connection, driven as its tasks drive it ------------------------------
+
+    /// A publisher with connection 1 open, and the queue it writes to.
+    struct Harness {
+        publisher: Publisher,
+        out: mpsc::Receiver<Out>,
+        id: u64,
+        /// Last seq seen per sid.
+        seqs: BTreeMap<Sid, u64>,
+    }
+
+    impl Harness {
+        fn new(prices: &[(&str, i64, u64)]) -> Self {
+            let mut publisher = Publisher::new(Arc::default());
+            let picture = Picture {
+                markets: Vec::new(),
+                prices: prices
+                    .iter()
+                    .map(|&(s, p, t)| (s.to_string(), p, t))
+                    .collect(),
+            };
+            publisher.input(Input::Picture(Box::new(picture)), false);
+            let (tx, out) = mpsc::channel(4096);
+            publisher.control(Control::Open {
+                conn: 1,
+                tx,
+                account: None,
+            });
+            Harness {
+                publisher,
+                out,
+                id: 0,
+                seqs: BTreeMap::new(),
+            }
+        }
+
+        fn events(&mut self, events: Vec<Event>) {
+            self.publisher
+                .input(Input::Events(events, Vec::new()), true);
+        }
+
+        /// A new window `market` of `series`, as the sequencer lists it.
+        fn list(&mut self, market: MarketId, ticker: &str, series: &str) {
+            self.events(vec![Event::MarketListed {
+                market,
+                ticker: ticker.to_string(),
+                series: series.to_string(),
+            }]);
+        }
+
+        fn print(&mut self, symbol: &str, price_e8: i64, t_ms: u64) {
+            self.events(vec![Event::Price {
+                symbol: symbol.to_string(),
+                price_e8,
+                t_ms,
+            }]);
+        }
+
+        /// Sends one command as connection 1; its reply frames, parsed.
+        fn cmd(&mut self, cmd: &str, params: Value) -> Vec<Value> {
+            self.id += 1;
+            let text = json!({ "id": self.id, "cmd": cmd, "params": params }).to_string();
+            let (id, command) = protocol::parse(&text);
+            let (reply, mut rx) = oneshot::channel();
+            self.publisher.control(Control::Command {
+                conn: 1,
+                id,
+                command: command.expect("a well-formed command"),
+                reply,
+            });
+            let answer = rx.try_recv().expect("answered at once");
+            answer
+                .frames
+                .iter()
+                .map(|f| serde_json::from_str(f).expect("JSON"))
+                .collect()
+        }
+
+        /// The one reply of a command that is taken or refused whole.
+        #[track_caller]
+        fn cmd1(&mut self, cmd: &str, params: Value) -> Value {
+            let mut frames = self.cmd(cmd, params);
+            assert_eq!(frames.len(), 1, "{frames:?}");
+            frames.remove(0)
+        }
+
+        #[track_caller]
+        fn subscribe(&mut self, channel: &str, mut params: Value) -> Sid {
+            params["channels"] = json!([channel]);
+            let reply = self.cmd1("subscribe", params);
+            assert_eq!(reply["type"], "subscribed", "{reply}");
+            Sid::try_from(reply["msg"]["sid"].as_u64().expect("sid")).expect("a sid")
+        }
+
+        /// `update_subscription` of `sid`; its one reply.
+        #[track_caller]
+        fn update(&mut self, sid: Sid, action: &str, mut keys: Value) -> Value {
+            keys["sid"] = json!(sid);
+            keys["action"] = json!(action);
+            self.cmd1("update_subscription", keys)
+        }
+
+        /// What the connection was handed since last asked: (sid, type, msg),
+        /// with every subscription's seq checked to be contiguous.
+        fn data(&mut self) -> Vec<(Sid, &'static str, Value)> {
+            let mut seen = Vec::new();
+            while let Ok(o) = self.out.try_recv() {
+                let last = self.seqs.insert(o.sid, o.seq).unwrap_or(0);
+                assert_eq!(o.seq, last + 1, "seq of sid {} jumped", o.sid);
+                seen.push((o.sid, o.kind, serde_json::from_slice(&o.msg).expect("JSON")));
+            }
+            seen
+        }
+    }
+
+    const SYMBOL_A: &str = "X:BTCUSD";
+    const SYMBOL_B: &str = "X:ETHUSD";
+
+    fn error_code(reply: &Value) -> u64 {
+        assert_eq!(reply["type"], "error", "{reply}");
+        reply["msg"]["code"].as_u64().expect("code")
+    }
+
+    /// add_markets and delete_markets on a prices subscription: an added
+    /// symbol's current price at once, then its prints; a deleted one's
+    /// prints no more; the reply and the list show the symbols it holds.
+    #[test]
+    fn a_prices_subscription_adds_and_deletes_symbols() {
+        let mut h = Harness::new(&[(SYMBOL_A, 100_00000000, 1), (SYMBOL_B, 5_00000000, 2)]);
+        let sid = h.subscribe("prices", json!({ "symbols": [SYMBOL_A] }));
+        let first = h.data();
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0].2["symbol"], SYMBOL_A);
+
+        let reply = h.update(sid, "add_markets", json!({ "symbols": [SYMBOL_B] }));
+        assert_eq!(reply["type"], "ok", "{reply}");
+        assert_eq!(reply["msg"]["symbols"], json!([SYMBOL_A, SYMBOL_B]));
+        assert_eq!(
+            h.data(),
+            [(
+                sid,
+                "price",
+                json!({ "symbol": SYMBOL_B, "price": "5.00", "t_ms": 2 })
+            )],
+            "the added symbol's price at once, and only that"
+        );
+        h.print(SYMBOL_B, 6_00000000, 3);
+        assert_eq!(h.data().len(), 1);
+
+        let reply = h.update(sid, "delete_markets", json!({ "symbols": [SYMBOL_A] }));
+        assert_eq!(reply["msg"]["symbols"], json!([SYMBOL_B]), "{reply}");
+        assert!(h.data().is_empty(), "a delete sends nothing");
+        h.print(SYMBOL_A, 101_00000000, 4);
+        assert!(h.data().is_empty(), "a print of a deleted symbol was sent");
+        h.print(SYMBOL_B, 7_00000000, 5);
+        let kept = h.data();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(kept[0].2["symbol"], SYMBOL_B);
+        let list = h.cmd1("list_subscriptions", json!({}));
+        assert_eq!(
+            list["msg"]["subscriptions"],
+            json!([{ "sid": sid, "channel": "prices", "symbols": [SYMBOL_B] }])
+        );
+    }
+
+    /// get_snapshot on a prices subscription: the named symbols' prices
+    /// only, or every symbol's when none is named.
+    #[test]
+    fn get_snapshot_on_prices_sends_the_named_symbols_or_all() {
+        let mut h = Harness::new(&[(SYMBOL_A, 100_00000000, 1), (SYMBOL_B, 5_00000000, 2)]);
+        let sid = h.subscribe("prices", json!({ "symbols": [SYMBOL_A, SYMBOL_B] }));
+        assert_eq!(h.data().len(), 2);
+        let reply = h.update(sid, "get_snapshot", json!({ "symbols": [SYMBOL_B] }));
+        assert_eq!(reply["type"], "ok", "{reply}");
+        let named: Vec<Value> = h
+            .data()
+            .into_iter()
+            .map(|d| d.2["symbol"].clone())
+            .collect();
+        assert_eq!(named, [json!(SYMBOL_B)]);
+        h.update(sid, "get_snapshot", json!({}));
+        let all: Vec<Value> = h
+            .data()
+            .into_iter()
+            .map(|d| d.2["symbol"].clone())
+            .collect();
+        assert_eq!(all, [json!(SYMBOL_A), json!(SYMBOL_B)]);
+    }
+
+    /// A subscription holds at most SUB_TICKERS_MAX tickers and
+    /// SUB_SYMBOLS_MAX symbols, reached a command at a time: the last that
+    /// fits is taken, one more is refused with 5 and changes nothing.
+    #[test]
+    fn a_subscription_holds_up_to_its_bounds_of_tickers_and_symbols() {
+        let mut h = Harness::new(&[]);
+        let series = |from: usize, n: usize| -> Vec<String> {
+            (from..from + n).map(|i| format!("s{i}")).collect()
+        };
+        let sid = h.subscribe("trade", json!({ "series_tickers": series(0, 100) }));
+        for chunk in 1..SUB_TICKERS_MAX / 100 {
+            let reply = h.update(
+                sid,
+                "add_markets",
+                json!({ "series_tickers": series(chunk * 100, 100) }),
+            );
+            assert_eq!(reply["type"], "ok", "{reply}");
+        }
+        let reply = h.update(sid, "add_markets", json!({ "series_tickers": ["s1000"] }));
+        assert_eq!(error_code(&reply), 5, "{reply}");
+        let list = h.cmd1("list_subscriptions", json!({}));
+        let held = &list["msg"]["subscriptions"][0]["series_tickers"];
+        assert_eq!(held.as_array().map(Vec::len), Some(SUB_TICKERS_MAX));
+
+        let symbols = |from: usize, n: usize| -> Vec<String> {
+            (from..from + n).map(|i| format!("S{i}")).collect()
+        };
+        let sid = h.subscribe("prices", json!({ "symbols": symbols(0, 64) }));
+        for chunk in 1..SUB_SYMBOLS_MAX / 64 {
+            let reply = h.update(
+                sid,
+                "add_markets",
+                json!({ "symbols": symbols(chunk * 64, 64) }),
+            );
+            assert_eq!(reply["type"], "ok", "{reply}");
+        }
+        let reply = h.update(sid, "add_markets", json!({ "symbols": ["S640"] }));
+        assert_eq!(error_code(&reply), 5, "{reply}");
+        let list = h.cmd1("list_subscriptions", json!({}));
+        let held = &list["msg"]["subscriptions"][1]["symbols"];
+        assert_eq!(held.as_array().map(Vec::len), Some(SUB_SYMBOLS_MAX));
+    }
+
+    /// delete_markets naming a series: that series' new windows are not
+    /// taken up any more, the other series' still are.
+    #[test]
+    fn a_deleted_series_takes_up_no_new_window() {
+        let mut h = Harness::new(&[]);
+        let sid = h.subscribe("ticker", json!({ "series_tickers": ["s-a", "s-b"] }));
+        let reply = h.update(sid, "delete_markets", json!({ "series_tickers": ["s-a"] }));
+        assert_eq!(reply["msg"]["series_tickers"], json!(["s-b"]), "{reply}");
+        h.list(1, "s-a-261124-0500-0501", "s-a");
+        assert!(h.data().is_empty(), "a window of a deleted series");
+        h.list(2, "s-b-261124-0500-0501", "s-b");
+        assert_eq!(
+            h.data(),
+            [(
+                sid,
+                "ticker",
+                json!({ "market_ticker": "s-b-261124-0500-0501" })
+            )]
+        );
+    }
 }
