@@ -1705,4 +1705,46 @@ mod tests {
             )]
         );
     }
+
+    /// The top prices (0.98 and 0.99) are levels of the mirror like any
+    /// other: their deltas go out and the snapshot shows them, best first.
+    #[test]
+    fn the_top_price_levels_are_mirrored() {
+        let mut h = Harness::new(&[]);
+        let ticker = "s-a-261124-0500-0501";
+        h.list(1, ticker, "s-a");
+        let sid = h.subscribe("orderbook_delta", json!({ "market_tickers": [ticker] }));
+        h.data();
+        let steps = [
+            (Outcome::Up, 99, 5, "up:0.99:5|down:"),
+            (Outcome::Down, 98, 3, "up:0.99:5|down:0.98:3"),
+            (Outcome::Up, 1, 2, "up:0.99:5,0.01:2|down:0.98:3"),
+        ];
+        for (outcome, p, delta, text) in steps {
+            h.events(vec![Event::BookDelta {
+                market: 1,
+                outcome,
+                price: p,
+                delta,
+                checksum: crc32fast::hash(text.as_bytes()),
+            }]);
+        }
+        let deltas: Vec<Value> = h.data().into_iter().map(|d| d.2["price"].clone()).collect();
+        assert_eq!(deltas, [json!("0.99"), json!("0.98"), json!("0.01")]);
+        h.update(sid, "get_snapshot", json!({}));
+        let snapshot = h.data();
+        assert_eq!(
+            snapshot,
+            [(
+                sid,
+                "orderbook_snapshot",
+                json!({
+                    "market_ticker": ticker,
+                    "up": [["0.99", "5"], ["0.01", "2"]],
+                    "down": [["0.98", "3"]],
+                    "checksum": crc32fast::hash(b"up:0.99:5,0.01:2|down:0.98:3"),
+                })
+            )]
+        );
+    }
 }
