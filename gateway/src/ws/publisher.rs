@@ -1706,6 +1706,54 @@ mod tests {
         );
     }
 
+    /// window_lifecycle carries open (with the price to beat), closed and
+    /// settled (with the result and settlement price) of its markets.
+    #[test]
+    fn window_lifecycle_carries_open_closed_and_settled() {
+        let mut h = Harness::new(&[]);
+        let ticker = "s-a-261124-0500-0501";
+        h.list(1, ticker, "s-a");
+        h.list(2, "s-a-261124-0501-0502", "s-a");
+        let sid = h.subscribe("window_lifecycle", json!({ "market_tickers": [ticker] }));
+        assert!(
+            h.data().is_empty(),
+            "window_lifecycle sends nothing at once"
+        );
+        let phases = [
+            Phase::Open {
+                price_to_beat_e8: Some(97_000_50000000),
+            },
+            Phase::Closed,
+            Phase::Settled {
+                result: Some(Outcome::Down),
+                settlement_price_e8: Some(96_999_00000000),
+            },
+        ];
+        for (market, phase) in [1, 2].into_iter().flat_map(|m| phases.map(|p| (m, p))) {
+            h.events(vec![Event::Lifecycle {
+                market,
+                phase,
+                ts_ms: 60_000 * u64::from(market),
+            }]);
+        }
+        let seen = h.data();
+        let msgs: Vec<&Value> = seen
+            .iter()
+            .map(|(s, kind, msg)| {
+                assert_eq!((*s, *kind), (sid, "window_lifecycle"));
+                msg
+            })
+            .collect();
+        assert_eq!(
+            msgs,
+            [
+                &json!({ "market_ticker": ticker, "event": "open", "price_to_beat": "97000.50", "ts_ms": 60_000 }),
+                &json!({ "market_ticker": ticker, "event": "closed", "ts_ms": 60_000 }),
+                &json!({ "market_ticker": ticker, "event": "settled", "result": "down", "settlement_price": "96999.00", "ts_ms": 60_000 }),
+            ]
+        );
+    }
+
     /// The top prices (0.98 and 0.99) are levels of the mirror like any
     /// other: their deltas go out and the snapshot shows them, best first.
     #[test]
