@@ -1754,6 +1754,45 @@ mod tests {
         );
     }
 
+    /// A settled window leaves the subscriptions that named it: the list
+    /// no longer shows it, get_snapshot sends nothing of it, and it cannot
+    /// be subscribed to any more (7).
+    #[test]
+    fn a_settled_window_leaves_its_subscriptions() {
+        let mut h = Harness::new(&[]);
+        let (gone, kept) = ("s-a-261124-0500-0501", "s-a-261124-0501-0502");
+        h.list(1, gone, "s-a");
+        h.list(2, kept, "s-a");
+        let sid = h.subscribe("orderbook_delta", json!({ "market_tickers": [gone, kept] }));
+        assert_eq!(h.data().len(), 2, "a snapshot of each");
+        h.events(vec![Event::Lifecycle {
+            market: 1,
+            phase: Phase::Settled {
+                result: Some(Outcome::Up),
+                settlement_price_e8: None,
+            },
+            ts_ms: 60_000,
+        }]);
+        let list = h.cmd1("list_subscriptions", json!({}));
+        assert_eq!(
+            list["msg"]["subscriptions"][0]["market_tickers"],
+            json!([kept]),
+            "{list}"
+        );
+        h.update(sid, "get_snapshot", json!({}));
+        let again: Vec<Value> = h
+            .data()
+            .into_iter()
+            .map(|d| d.2["market_ticker"].clone())
+            .collect();
+        assert_eq!(again, [json!(kept)]);
+        let reply = h.cmd1(
+            "subscribe",
+            json!({ "channels": ["ticker"], "market_tickers": [gone] }),
+        );
+        assert_eq!(error_code(&reply), 7, "{reply}");
+    }
+
     /// The top prices (0.98 and 0.99) are levels of the mirror like any
     /// other: their deltas go out and the snapshot shows them, best first.
     #[test]
