@@ -1802,10 +1802,12 @@ mod tests {
         h.list(1, ticker, "s-a");
         let sid = h.subscribe("orderbook_delta", json!({ "market_tickers": [ticker] }));
         h.data();
+        // One side only: a Down bid beside an Up bid at 0.98 or more
+        // would cross.
         let steps = [
             (Outcome::Up, 99, 5, "up:0.99:5|down:"),
-            (Outcome::Down, 98, 3, "up:0.99:5|down:0.98:3"),
-            (Outcome::Up, 1, 2, "up:0.99:5,0.01:2|down:0.98:3"),
+            (Outcome::Up, 98, 3, "up:0.99:5,0.98:3|down:"),
+            (Outcome::Up, 1, 2, "up:0.99:5,0.98:3,0.01:2|down:"),
         ];
         for (outcome, p, delta, text) in steps {
             h.events(vec![Event::BookDelta {
@@ -1827,9 +1829,9 @@ mod tests {
                 "orderbook_snapshot",
                 json!({
                     "market_ticker": ticker,
-                    "up": [["0.99", "5"], ["0.01", "2"]],
-                    "down": [["0.98", "3"]],
-                    "checksum": crc32fast::hash(b"up:0.99:5,0.01:2|down:0.98:3"),
+                    "up": [["0.99", "5"], ["0.98", "3"], ["0.01", "2"]],
+                    "down": [],
+                    "checksum": crc32fast::hash(b"up:0.99:5,0.98:3,0.01:2|down:"),
                 })
             )]
         );
