@@ -594,6 +594,33 @@ mod tests {
         );
     }
 
+    /// An id is any integer (asyncapi `Id`), negative or past i64::MAX,
+    /// echoed as sent; a fraction, a float written as a whole number, a
+    /// string or null is no id: 2, with a null id.
+    #[test]
+    fn an_id_is_any_integer_and_only_an_integer() {
+        for id in [
+            "0",
+            "7",
+            "-1",
+            "-9223372036854775808",
+            "18446744073709551615",
+        ] {
+            let (echoed, cmd) = parse(&format!(r#"{{"id":{id},"cmd":"list_subscriptions"}}"#));
+            assert_eq!(echoed.to_string(), id);
+            assert_eq!(cmd, Ok(Command::List), "{id}");
+        }
+        for id in ["1.5", "1.0", "1e3", r#""1""#, "null", "true"] {
+            let (echoed, cmd) = parse(&format!(r#"{{"id":{id},"cmd":"list_subscriptions"}}"#));
+            assert_eq!(echoed, Value::Null, "{id}");
+            assert_eq!(
+                cmd.unwrap_err(),
+                WsError::bad("Field id must be an integer."),
+                "{id}"
+            );
+        }
+    }
+
     /// `gateway/asyncapi.json` against the code: every channel, every
     /// numbered error and every limit.
     #[test]
