@@ -621,6 +621,28 @@ mod tests {
         }
     }
 
+    /// prices needs symbols: without them it is refused (2), whatever
+    /// tickers come along, alone or beside a market channel that has them.
+    #[test]
+    fn prices_without_symbols_is_refused() {
+        let ticker = "btc-1m-261121-2100-2101";
+        for params in [
+            json!({ "channels": ["prices"] }),
+            json!({ "channels": ["prices"], "symbols": [] }),
+            json!({ "channels": ["prices"], "market_tickers": [ticker] }),
+            json!({ "channels": ["ticker", "prices"], "market_tickers": [ticker] }),
+        ] {
+            let text = json!({ "id": 4, "cmd": "subscribe", "params": params }).to_string();
+            let (id, cmd) = parse(&text);
+            assert_eq!(id, json!(4));
+            assert_eq!(
+                cmd.unwrap_err(),
+                WsError::bad("Channel prices needs symbols."),
+                "{params}"
+            );
+        }
+    }
+
     /// `gateway/asyncapi.json` against the code: every channel, every
     /// numbered error and every limit.
     #[test]
