@@ -643,6 +643,33 @@ mod tests {
         }
     }
 
+    /// unsubscribe takes as many sids as a connection can hold (100) in
+    /// one command, repeats counted and then dropped; one more is refused
+    /// (2) before any is looked at.
+    #[test]
+    fn unsubscribe_takes_up_to_a_connections_worth_of_sids() {
+        let unsubscribe = |sids: Vec<u32>| {
+            parse(&json!({ "id": 5, "cmd": "unsubscribe", "params": { "sids": sids } }).to_string())
+                .1
+        };
+        let max = crate::ws::SUBSCRIPTIONS_MAX as u32;
+        assert_eq!(
+            unsubscribe((1..=max).collect()),
+            Ok(Command::Unsubscribe {
+                sids: (1..=max).collect()
+            })
+        );
+        assert_eq!(
+            unsubscribe([1, 2, 1, 3, 2].to_vec()),
+            Ok(Command::Unsubscribe {
+                sids: vec![1, 2, 3]
+            })
+        );
+        let refused = Err(WsError::bad("Too many sids."));
+        assert_eq!(unsubscribe((1..=max + 1).collect()), refused);
+        assert_eq!(unsubscribe(vec![1; max as usize + 1]), refused);
+    }
+
     /// `gateway/asyncapi.json` against the code: every channel, every
     /// numbered error and every limit.
     #[test]
