@@ -1648,41 +1648,25 @@ mod tests {
     #[test]
     fn a_subscription_holds_up_to_its_bounds_of_tickers_and_symbols() {
         let mut h = Harness::new(&[]);
-        let series = |from: usize, n: usize| -> Vec<String> {
-            (from..from + n).map(|i| format!("s{i}")).collect()
-        };
-        let sid = h.subscribe("trade", json!({ "series_tickers": series(0, 100) }));
-        for chunk in 1..SUB_TICKERS_MAX / 100 {
-            let reply = h.update(
-                sid,
-                "add_markets",
-                json!({ "series_tickers": series(chunk * 100, 100) }),
-            );
-            assert_eq!(reply["type"], "ok", "{reply}");
+        let bounds = [
+            ("trade", "series_tickers", "s", SUB_TICKERS_MAX, 100),
+            ("prices", "symbols", "S", SUB_SYMBOLS_MAX, 64),
+        ];
+        for (index, (channel, key, prefix, max, chunk)) in bounds.into_iter().enumerate() {
+            let names = |from: usize, n: usize| -> Vec<String> {
+                (from..from + n).map(|i| format!("{prefix}{i}")).collect()
+            };
+            let sid = h.subscribe(channel, json!({ key: names(0, chunk) }));
+            for from in (chunk..max).step_by(chunk) {
+                let reply = h.update(sid, "add_markets", json!({ key: names(from, chunk) }));
+                assert_eq!(reply["type"], "ok", "{reply}");
+            }
+            let reply = h.update(sid, "add_markets", json!({ key: names(max, 1) }));
+            assert_eq!(error_code(&reply), 5, "{reply}");
+            let list = h.cmd1("list_subscriptions", json!({}));
+            let held = &list["msg"]["subscriptions"][index][key];
+            assert_eq!(held.as_array().map(Vec::len), Some(max), "{channel}");
         }
-        let reply = h.update(sid, "add_markets", json!({ "series_tickers": ["s1000"] }));
-        assert_eq!(error_code(&reply), 5, "{reply}");
-        let list = h.cmd1("list_subscriptions", json!({}));
-        let held = &list["msg"]["subscriptions"][0]["series_tickers"];
-        assert_eq!(held.as_array().map(Vec::len), Some(SUB_TICKERS_MAX));
-
-        let symbols = |from: usize, n: usize| -> Vec<String> {
-            (from..from + n).map(|i| format!("S{i}")).collect()
-        };
-        let sid = h.subscribe("prices", json!({ "symbols": symbols(0, 64) }));
-        for chunk in 1..SUB_SYMBOLS_MAX / 64 {
-            let reply = h.update(
-                sid,
-                "add_markets",
-                json!({ "symbols": symbols(chunk * 64, 64) }),
-            );
-            assert_eq!(reply["type"], "ok", "{reply}");
-        }
-        let reply = h.update(sid, "add_markets", json!({ "symbols": ["S640"] }));
-        assert_eq!(error_code(&reply), 5, "{reply}");
-        let list = h.cmd1("list_subscriptions", json!({}));
-        let held = &list["msg"]["subscriptions"][1]["symbols"];
-        assert_eq!(held.as_array().map(Vec::len), Some(SUB_SYMBOLS_MAX));
     }
 
     /// delete_markets naming a series: that series' new windows are not
