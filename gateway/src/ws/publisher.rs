@@ -1566,6 +1566,11 @@ mod tests {
             }
             seen
         }
+
+        /// The field `name` of each message handed over since last asked.
+        fn data_field(&mut self, name: &str) -> Vec<Value> {
+            self.data().into_iter().map(|d| d.2[name].clone()).collect()
+        }
     }
 
     const SYMBOL_A: &str = "X:BTCUSD";
@@ -1627,18 +1632,10 @@ mod tests {
         assert_eq!(h.data().len(), 2);
         let reply = h.update(sid, "get_snapshot", json!({ "symbols": [SYMBOL_B] }));
         assert_eq!(reply["type"], "ok", "{reply}");
-        let named: Vec<Value> = h
-            .data()
-            .into_iter()
-            .map(|d| d.2["symbol"].clone())
-            .collect();
+        let named = h.data_field("symbol");
         assert_eq!(named, [json!(SYMBOL_B)]);
         h.update(sid, "get_snapshot", json!({}));
-        let all: Vec<Value> = h
-            .data()
-            .into_iter()
-            .map(|d| d.2["symbol"].clone())
-            .collect();
+        let all = h.data_field("symbol");
         assert_eq!(all, [json!(SYMBOL_A), json!(SYMBOL_B)]);
     }
 
@@ -1764,11 +1761,7 @@ mod tests {
             "{list}"
         );
         h.update(sid, "get_snapshot", json!({}));
-        let again: Vec<Value> = h
-            .data()
-            .into_iter()
-            .map(|d| d.2["market_ticker"].clone())
-            .collect();
+        let again = h.data_field("market_ticker");
         assert_eq!(again, [json!(kept)]);
         let reply = h.cmd1(
             "subscribe",
@@ -1802,7 +1795,7 @@ mod tests {
                 checksum: crc32fast::hash(text.as_bytes()),
             }]);
         }
-        let deltas: Vec<Value> = h.data().into_iter().map(|d| d.2["price"].clone()).collect();
+        let deltas = h.data_field("price");
         assert_eq!(deltas, [json!("0.99"), json!("0.98"), json!("0.01")]);
         h.update(sid, "get_snapshot", json!({}));
         let snapshot = h.data();
