@@ -1133,4 +1133,258 @@ mod tests {
         let history = History::open(dir.path()).expect("reopen");
         assert_eq!((history.synced(), history.emptied()), (5, None));
     }
+
+    /// A record that fills its slot to the last byte is stored and reads
+    /// back; one a byte larger is refused, never cut to fit.
+    #[test]
+    fn a_record_filling_its_slot_is_kept_and_a_larger_one_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        let listed = |market, ticker: &str| Event::MarketListed {
+            market,
+            ticker: ticker.into(),
+            series: "s".into(),
+        };
+        let fits = "f".repeat(TICKER_SLOT - SLOT_HEAD);
+        history
+            .store_events(&[listed(1, &fits)])
+            .expect("a record the size of its slot");
+        assert_eq!(history.ticker(1).expect("read"), Some(fits));
+        let larger = "l".repeat(TICKER_SLOT - SLOT_HEAD + 1);
+        let err = history
+            .store_events(&[listed(2, &larger)])
+            .expect_err("a record larger than its slot");
+        assert!(err.to_string().contains("does not fit"), "{err}");
+        assert_eq!(history.ticker(2).expect("read"), None);
+    }
+
+    /// A slot whose length or checksum field alone was zeroed is damage,
+    /// not an empty slot ("not found" for a record that was lost).
+    #[test]
+    fn a_slot_with_a_zeroed_length_or_checksum_is_damage() {
+        for field in [0..4, 4..8] {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let history = History::open(dir.path()).expect("open");
+            history.store(&Evicted::Order(order(1))).expect("store");
+            history
+                .orders
+                .write_all_at(&vec![0u8; field.len()], field.start as u64)
+                .expect("zero");
+            assert!(history.order(1).is_err(), "bytes {field:?} zeroed");
+            assert!(dir.path().join(DAMAGED).exists());
+        }
+    }
+
+    /// A file the reader cannot read (here a folder in its place) is an
+    /// error, not the end of the file: never "not found".
+    #[test]
+    fn a_file_that_cannot_be_read_is_an_error_not_an_empty_store() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        drop(History::open(dir.path()).expect("open"));
+        fs::remove_file(dir.path().join("orders.dat")).expect("remove");
+        fs::create_dir(dir.path().join("orders.dat")).expect("a folder");
+        let history = History::open_read(dir.path()).expect("open to read");
+        assert!(history.order(1).is_err());
+    }
+
+    /// A store set aside twice goes to a second folder, the first left as
+    /// it was: both read back what they held.
+    #[test]
+    fn a_store_set_aside_twice_keeps_both() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for id in 1..=2 {
+            let history = History::open(dir.path()).expect("open");
+            history.store(&Evicted::Order(order(id))).expect("store");
+            history.missing("a record");
+        }
+        let history = History::open(dir.path()).expect("reopen");
+        let second = dir.path().join("set-aside-2");
+        assert!(
+            history
+                .emptied()
+                .is_some_and(|why| why.contains(&second.display().to_string())),
+            "{:?}",
+            history.emptied()
+        );
+        for (id, aside) in [(1, "set-aside-1"), (2, "set-aside-2")] {
+            let kept = History::open_read(&dir.path().join(aside)).expect("open to read");
+            for other in 1..=2 {
+                let expected = (other == id).then(|| order(other));
+                assert_eq!(kept.order(other).expect("read"), expected, "{aside}");
+            }
+        }
+    }
+
+    /// A file removed since the store was synced counts as cut to 0 bytes:
+    /// the store is set aside and written anew, the start goes on.
+    #[test]
+    fn a_file_removed_since_the_sync_empties_the_store() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        history
+            .store(&Evicted::Fill {
+                fill: fill(1, 1, 1),
+                prev: 0,
+            })
+            .expect("store");
+        history.sync(3).expect("sync");
+        drop(history);
+        fs::remove_file(dir.path().join("fills.dat")).expect("remove");
+        let history = History::open(dir.path()).expect("reopen");
+        assert_eq!(history.synced(), 0);
+        assert!(
+            history
+                .emptied()
+                .is_some_and(|why| why.contains("fills.dat has 0 bytes")),
+            "{:?}",
+            history.emptied()
+        );
+    }
+
+    /// A file whose length cannot be read (a link looping on itself) fails
+    /// the open with that error: it is not taken for a file cut short, and
+    /// nothing is set aside.
+    #[test]
+    fn a_file_whose_length_cannot_be_read_fails_the_open() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        history.store(&Evicted::Order(order(1))).expect("store");
+        history.sync(1).expect("sync");
+        drop(history);
+        let orders = dir.path().join("orders.dat");
+        fs::remove_file(&orders).expect("remove");
+        std::os::unix::fs::symlink(&orders, &orders).expect("a looping link");
+        assert!(History::open(dir.path()).is_err());
+        assert!(!dir.path().join("set-aside-1").exists());
+    }
+
+    /// Other trades for a market, of the same length as its record (never
+    /// from one journal), take a new record: the stored one is kept only
+    /// when its bytes are the same.
+    #[test]
+    fn other_trades_of_the_same_length_take_a_new_record() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        let trades = |up_price| {
+            vec![Trade {
+                trade_id: 1,
+                market: 4,
+                up_price,
+                count: 2,
+                taker_outcome: Outcome::Up,
+                taker_action: Action::Buy,
+                ts_ms: 77,
+            }]
+        };
+        for up_price in [61, 62] {
+            history
+                .store(&Evicted::Trades {
+                    market: 4,
+                    trades: trades(up_price),
+                })
+                .expect("store");
+            assert_eq!(history.trades(4).expect("read"), Some(trades(up_price)));
+        }
+    }
+
+    /// A cursor naming another account's fill pages this account's chain
+    /// from its head, passing over what is not older than the cursor (the
+    /// other account's fills never show); a cursor of this account's
+    /// resumes right below it, reading none of the fills above it again
+    /// (here one of them damaged).
+    #[test]
+    fn a_page_resumes_below_a_cursor_of_its_own_account_only() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        // Account 1's fills chain 1 <- 4 <- 6 <- 8; account 2's 2 <- 5.
+        for (id, account, prev) in [
+            (1, 1, 0),
+            (2, 2, 0),
+            (4, 1, 1),
+            (5, 2, 2),
+            (6, 1, 4),
+            (8, 1, 6),
+        ] {
+            history
+                .store(&Evicted::Fill {
+                    fill: fill(id, account, 7),
+                    prev,
+                })
+                .expect("store");
+        }
+        let rest = Rest {
+            from: 8,
+            wanted: 10,
+            market: None,
+        };
+        let ids = |cursor| {
+            let (page, next) = history.fills_page(&rest, cursor).expect("page");
+            (page.iter().map(|f| f.id).collect::<Vec<_>>(), next)
+        };
+        assert_eq!(ids(Some(5)), (vec![4, 1], None));
+        history
+            .fills
+            .write_all_at(&[0xff], FILL_SLOT as u64 * 5 + 20)
+            .expect("damage fill 6");
+        assert!(history.fill(6).is_err());
+        assert_eq!(ids(Some(4)), (vec![1], None));
+    }
+
+    /// A page whose filter matches nothing among the next `SCAN_MAX`
+    /// fills stops there, answering none and the last fill it looked at;
+    /// the next page goes on below it.
+    #[test]
+    fn a_page_looks_at_scan_max_fills_at_most() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        let n = SCAN_MAX as u64 + 10;
+        for id in 1..=n {
+            let market = if id == 1 { 9 } else { 3 };
+            history
+                .store(&Evicted::Fill {
+                    fill: fill(id, 1, market),
+                    prev: id - 1,
+                })
+                .expect("store");
+        }
+        let rest = Rest {
+            from: n,
+            wanted: 10,
+            market: Some(9),
+        };
+        let (page, next) = history.fills_page(&rest, None).expect("page");
+        let last_looked = n + 1 - SCAN_MAX as u64;
+        assert!(page.is_empty(), "{page:?}");
+        assert_eq!(next, Some(last_looked));
+        let (page, next) = history.fills_page(&rest, next).expect("page");
+        assert_eq!((page, next), (vec![fill(1, 1, 9)], None));
+    }
+
+    /// An index entry naming a record shorter than a record's head (its
+    /// length field damaged) is damage, answered as an error.
+    #[test]
+    fn an_index_entry_shorter_than_a_record_head_is_damage() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let history = History::open(dir.path()).expect("open");
+        history
+            .store(&Evicted::Trades {
+                market: 4,
+                trades: Vec::new(),
+            })
+            .expect("store");
+        let (at, _) = history.trades_record(4).expect("index").expect("entry");
+        for len in [0u64, 4] {
+            let mut entry = [0u8; INDEX_SLOT];
+            entry[0..8].copy_from_slice(&(at + 1).to_le_bytes());
+            entry[8..16].copy_from_slice(&len.to_le_bytes());
+            history
+                .trades_idx
+                .write_all_at(&entry, market_slot(4, INDEX_SLOT))
+                .expect("index");
+            let err = history
+                .trades(4)
+                .expect_err("a record shorter than its head");
+            assert!(err.to_string().contains("cut short"), "{err}");
+        }
+    }
 }
