@@ -886,8 +886,16 @@ mod writer_tests {
         assert_eq!(why, "the writer process could not write or sync the file");
         let why = wait_writer(child(0, 2), WRITER_MAX).unwrap_err();
         assert_eq!(why, "the writer process failed while encoding");
-        let why = wait_writer(child(0, 7), WRITER_MAX).unwrap_err();
-        assert_eq!(why, "the writer process exited with 7");
+        // Codes just outside the range of system errors are named as
+        // they are.
+        for code in [
+            7,
+            WRITER_ERRNO_BASE,
+            WRITER_ERRNO_BASE + WRITER_ERRNO_MAX + 1,
+        ] {
+            let why = wait_writer(child(0, code), WRITER_MAX).unwrap_err();
+            assert_eq!(why, format!("the writer process exited with {code}"));
+        }
         // A system error rides in the code, and is named.
         let why = wait_writer(child(0, WRITER_ERRNO_BASE + libc::ENOSPC), WRITER_MAX).unwrap_err();
         assert_eq!(
@@ -923,5 +931,46 @@ mod writer_tests {
         });
         assert!(reaped(pid), "the writer is killed and reaped");
         assert!(!temporary.exists(), "its half-written file is removed");
+    }
+
+    /// A process that cannot be waited for (no child of this one: here
+    /// this very process) is an error at once, not a wait for ever.
+    #[test]
+    fn a_writer_that_cannot_be_waited_for_is_an_error() {
+        let pid = std::process::id() as libc::pid_t;
+        let why = wait_writer(pid, WRITER_MAX).unwrap_err();
+        assert!(
+            why.starts_with(&format!("waiting for the writer process {pid}: ")),
+            "{why}"
+        );
+    }
+
+    /// A forked writer offers itself to the out-of-memory killer first:
+    /// its `oom_score_adj` is 1000 (read once it has exited, before it is
+    /// reaped), and it writes its file.
+    #[test]
+    fn a_forked_writer_is_the_out_of_memory_killer_s_first_pick() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = State {
+            last_seq: 5,
+            ..State::default()
+        };
+        let pid = fork_writer(dir.path(), &mut state, None).expect("a fork");
+        // SAFETY: waits for our child to exit without reaping it.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        let adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap();
+        assert_eq!(adj.trim(), "1000");
+        assert_eq!(wait_writer(pid, WRITER_MAX), Ok(()));
+        assert!(reaped(pid));
+        assert!(snapshot::temporary_path(dir.path(), 5).exists());
     }
 }

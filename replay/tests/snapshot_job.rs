@@ -7,6 +7,8 @@
 mod common;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use common::{node_config, scenario};
 use replay::{snapshot, Node};
@@ -20,6 +22,14 @@ use tests::harness::T0;
 /// under its temporary name is removed when the node next opens.
 #[test]
 fn a_snapshot_job_holds_the_state_it_was_taken_at() {
+    // Counts the panics that reach the hook in place before any job.
+    let panics = Arc::new(AtomicUsize::new(0));
+    let previous = std::panic::take_hook();
+    let seen = panics.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        previous(info);
+    }));
     let dir = tempfile::tempdir().unwrap();
     let commands = scenario();
     let (mut node, _) = Node::open(node_config(dir.path()), T0).unwrap();
@@ -31,13 +41,27 @@ fn a_snapshot_job_holds_the_state_it_was_taken_at() {
     let taken = node.state().clone();
     let job = node.snapshot_job().unwrap().expect("a snapshot folder");
     assert_eq!(job.seq(), taken.last_seq);
+    let snapshots = dir.path().join("snapshots");
+    // On Linux a child forked with the job writes the file under its
+    // temporary name at once, before `write` is called.
+    if cfg!(target_os = "linux") {
+        let temporary = snapshots.join(format!("{}.tmp", snapshot::file_name(job.seq())));
+        let started = std::time::Instant::now();
+        while !temporary.exists() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "no writer forked: nothing under {}",
+                temporary.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
     for stamped in rest {
         node.submit(stamped.ts_ms, stamped.command.clone()).unwrap();
     }
     node.commit().unwrap();
     assert!(node.state().last_seq > taken.last_seq);
     let path = job.write().unwrap();
-    let snapshots = dir.path().join("snapshots");
     assert_eq!(
         snapshot::list(&snapshots),
         vec![(taken.last_seq, path.clone())]
@@ -74,7 +98,13 @@ fn a_snapshot_job_holds_the_state_it_was_taken_at() {
     node.submit(T0, Command::Tick).unwrap();
     node.commit().unwrap();
     let failed = node.snapshot_job().unwrap().unwrap().write();
-    assert!(failed.is_err(), "{failed:?}");
+    // The writer names the system's error (as making the folder there
+    // does).
+    let cause = std::fs::create_dir_all(&not_a_folder).unwrap_err();
+    match &failed {
+        Err(e) => assert!(e.to_string().contains(&cause.to_string()), "{e}"),
+        Ok(path) => panic!("written at {}", path.display()),
+    }
     assert_eq!(std::fs::read(&not_a_folder).unwrap(), b"x");
     drop(node);
 
@@ -84,6 +114,12 @@ fn a_snapshot_job_holds_the_state_it_was_taken_at() {
     drop(node_reopen(dir.path()));
     assert!(!leftover.exists());
     assert_eq!(snapshot::list(&snapshots).len(), 1);
+
+    // The hook a job installs (silent in a forked writer) still hands the
+    // venue's own panics to the hook before it.
+    let before = panics.load(Ordering::SeqCst);
+    assert!(std::panic::catch_unwind(|| panic!("a panic of the venue's own")).is_err());
+    assert_eq!(panics.load(Ordering::SeqCst), before + 1);
 }
 
 fn node_reopen(dir: &Path) -> Node {
