@@ -8,6 +8,7 @@ mod common;
 
 use common::{node_config, scenario};
 use journal::JournalConfig;
+use replay::history::History;
 use replay::{replay, snapshot, Node, Until};
 use sequencer::{Command, Stamped, State};
 use tests::harness::{Venue, T0};
@@ -600,8 +601,9 @@ fn a_torn_only_record_after_removed_segments_restarts_from_the_snapshot_before_i
     for attempt in 0..2 {
         match Node::open(refused.clone(), T0) {
             Err(e) => assert!(
-                e.to_string()
-                    .contains(&format!("journal starts at seq {last}")),
+                e.to_string().contains(&format!(
+                    "journal starts at seq {last} but the state needs seq 1 next"
+                )),
                 "attempt {attempt}: {e}"
             ),
             Ok(_) => panic!("attempt {attempt} started without the removed history"),
@@ -979,4 +981,189 @@ fn a_snapshot_past_a_journal_cut_back_is_set_aside_once() {
     drop(node);
     let (node, _) = Node::open(config, T0).unwrap();
     assert_eq!(node.state().last_seq, held - 6);
+}
+
+/// Runs the scenario under a history tail of one second, so that orders,
+/// fills and settled markets' trades leave the live state; returns the
+/// live state and every event the history store keeps, in order.
+fn run_with_short_tail(config: &replay::NodeConfig) -> (State, Vec<sequencer::Event>) {
+    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
+    let (_, reply) = node
+        .submit(T0, Command::SetRetention { tail_ms: 1_000 })
+        .unwrap();
+    assert_eq!(reply, sequencer::Reply::Ok);
+    let mut kept = Vec::new();
+    for stamped in scenario() {
+        node.submit(stamped.ts_ms, stamped.command).unwrap();
+        kept.extend(node.drain_events().filter(History::keeps));
+    }
+    node.commit().unwrap();
+    (node.state().clone(), kept)
+}
+
+/// The store holds each of `kept` as it left the live state: orders,
+/// fills with the account's fill before them, settled markets' trades,
+/// listed markets' tickers (each kind at least once).
+fn assert_store_holds(store: &History, kept: &[sequencer::Event]) {
+    use sequencer::retention::Evicted;
+    use sequencer::Event;
+    let mut kinds = [0; 4];
+    for event in kept {
+        let evicted = match event {
+            Event::Evicted(evicted) => Some(&**evicted),
+            _ => None,
+        };
+        match (evicted, event) {
+            (Some(Evicted::Order(order)), _) => {
+                kinds[0] += 1;
+                assert_eq!(store.order(order.id).unwrap().as_ref(), Some(order));
+            }
+            (Some(Evicted::Fill { fill, prev }), _) => {
+                kinds[1] += 1;
+                assert_eq!(store.fill(fill.id).unwrap(), Some((*fill, *prev)));
+            }
+            (Some(Evicted::Trades { market, trades }), _) => {
+                kinds[2] += 1;
+                assert_eq!(store.trades(*market).unwrap().as_ref(), Some(trades));
+            }
+            (_, Event::MarketListed { market, ticker, .. }) => {
+                kinds[3] += 1;
+                assert_eq!(store.ticker(*market).unwrap().as_ref(), Some(ticker));
+            }
+            (_, other) => panic!("the store keeps {other:?}"),
+        }
+    }
+    assert!(kinds.iter().all(|&n| n > 0), "kinds kept: {kinds:?}");
+}
+
+/// What leaves the live state reaches the history store, written by the
+/// node as it runs (all of it once the node is gone) and written again by
+/// the replay of the whole journal when the store is gone.
+#[test]
+fn a_node_stores_what_leaves_the_live_state_and_a_replay_stores_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = node_config(dir.path());
+    config.history_dir = Some(dir.path().join("history"));
+    let (live, kept) = run_with_short_tail(&config);
+    // The node is gone: its writer wrote everything sent to it first.
+    let store = History::open_read(&dir.path().join("history")).unwrap();
+    assert_store_holds(&store, &kept);
+    drop(store);
+
+    std::fs::remove_dir_all(dir.path().join("history")).unwrap();
+    let (node, report) = Node::open(config, T0).unwrap();
+    assert_eq!(report.from_snapshot, None);
+    assert_eq!(node.state(), &live);
+    let store = node.history().unwrap();
+    assert_eq!(store.synced(), live.last_seq);
+    assert_store_holds(&store, &kept);
+}
+
+/// Snapshots of another journal are named once each at a start: the one
+/// at the seq the history store holds (which the replay looked at and
+/// passed over) and the one past it (which the start only checks).
+#[test]
+fn each_snapshot_of_another_journal_is_named_once() {
+    let commands = scenario();
+    let other = tempfile::tempdir().unwrap();
+    run_live(other.path(), &commands, None);
+    // This venue ran the same commands a millisecond later.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = node_config(dir.path());
+    config.history_dir = Some(dir.path().join("history"));
+    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
+    let mut synced = None;
+    for (i, stamped) in commands.iter().enumerate() {
+        node.submit(stamped.ts_ms + 1, stamped.command.clone())
+            .unwrap();
+        node.drain_events();
+        if i == 3 {
+            node.snapshot().unwrap().unwrap();
+            synced = Some(node.state().last_seq);
+        }
+    }
+    node.commit().unwrap();
+    drop(node);
+    let synced = synced.unwrap();
+    let snapshots = dir.path().join("snapshots");
+    let foreign = [synced, synced + 20];
+    for seq in foreign {
+        let at = replay(&other.path().join("journal"), None, Until::Seq(seq)).unwrap();
+        let mut state = at.state;
+        snapshot::write(&snapshots, &mut state, at.last_record_crc).unwrap();
+    }
+    let (_, report) = Node::open(config, T0).unwrap();
+    assert_eq!(report.from_snapshot, None);
+    assert_eq!(
+        report.skipped_snapshots.len(),
+        2,
+        "{:?}",
+        report.skipped_snapshots
+    );
+    for seq in foreign {
+        let named = report
+            .skipped_snapshots
+            .iter()
+            .filter(|s| {
+                s.contains("was not taken from this journal")
+                    && s.contains(&format!("at seq {seq},"))
+            })
+            .count();
+        assert_eq!(named, 1, "seq {seq}: {:?}", report.skipped_snapshots);
+    }
+}
+
+/// A node's commit and sync go through its journal (each one counted
+/// sync under group commit); a deferred commit hands back the point for
+/// another thread to sync instead. Its pending events are there to read
+/// until drained. Once a deferred sync failed and the node was stopped
+/// (for the first reason given), every write is refused with that reason.
+#[test]
+fn a_node_syncs_through_its_journal_and_refuses_writes_once_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = node_config(dir.path());
+    let (mut node, _) = Node::open(config.clone(), T0).unwrap();
+    assert_eq!(node.snapshot_dir(), config.snapshot_dir.as_deref());
+    let commands = scenario();
+    for stamped in &commands[..10] {
+        node.submit(stamped.ts_ms, stamped.command.clone()).unwrap();
+    }
+    let pending = node.events().to_vec();
+    assert!(!pending.is_empty());
+    assert_eq!(node.drain_events().collect::<Vec<_>>(), pending);
+    assert!(node.events().is_empty());
+    let syncs = |node: &Node| node.journal_syncs().syncs;
+    let before = syncs(&node);
+    node.commit().unwrap();
+    assert_eq!(syncs(&node), before + 1, "commit");
+    node.submit(commands[10].ts_ms, commands[10].command.clone())
+        .unwrap();
+    node.sync().unwrap();
+    assert_eq!(syncs(&node), before + 2, "sync");
+    let (seq, _) = node
+        .submit(commands[11].ts_ms, commands[11].command.clone())
+        .unwrap();
+    let point = node.commit_deferred().unwrap().expect("a point to sync");
+    assert_eq!(point.seq(), seq);
+    point.sync().unwrap();
+    assert_eq!(syncs(&node), before + 2, "the point was synced elsewhere");
+    assert!(!node.is_stopped());
+    assert_eq!(node.next_segment_problem(), None);
+
+    node.fail("the deferred sync failed".into());
+    node.fail("a later reason".into());
+    assert!(node.is_stopped());
+    let stopped = |result: Result<(), replay::NodeError>| match result {
+        Err(replay::NodeError::Stopped(why)) => assert_eq!(why, "the deferred sync failed"),
+        other => panic!("{other:?}"),
+    };
+    stopped(node.submit(T0, Command::Tick).map(|_| ()));
+    stopped(node.commit());
+    stopped(node.commit_deferred().map(|_| ()));
+    stopped(node.snapshot_job().map(|_| ()));
+    assert!(matches!(
+        node.sync(),
+        Err(replay::NodeError::Journal(journal::JournalError::Poisoned))
+    ));
+    assert_eq!(node.state().last_seq, seq);
 }
