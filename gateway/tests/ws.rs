@@ -1465,6 +1465,11 @@ fn an_unmasked_frame_from_the_client_closes_with_1002() {
     c.ws.get_mut().write_all(&both).expect("raw frames");
     assert_eq!(c.replies(1, 1)[0]["type"], "ok");
     assert_eq!(c.close_code(WAIT), 1002);
+    // An unmasked frame of two bytes (an empty ping), the last the client
+    // sends, closes too: it is not answered with a pong.
+    let mut c = connect(venue.addr());
+    c.ws.get_mut().write_all(&[0x89, 0x00]).expect("raw frame");
+    assert_eq!(c.close_code(WAIT), 1002);
 }
 
 /// A ticker subscriber's first message is the market's top as it is now,

@@ -196,4 +196,18 @@ mod tests {
             }
         }
     }
+
+    /// A frame of two header bytes (no mask, no extended length, no
+    /// payload: an empty ping, pong, close or text) is noted as soon as its
+    /// second byte arrives, also when nothing follows it: the reader may
+    /// hand that frame on before another byte comes.
+    #[test]
+    fn an_unmasked_frame_of_two_bytes_is_noted_at_its_last_byte() {
+        let mut stream = frame(true, 5);
+        stream.extend(frame(false, 0));
+        for chunk in [1, 2, stream.len()] {
+            assert_eq!(first_unmasked(&stream, chunk), Some(1), "chunk {chunk}");
+        }
+        assert_eq!(first_unmasked(&frame(false, 0), 2), Some(0));
+    }
 }
