@@ -315,4 +315,25 @@ mod tests {
             .contains_key(&crate::auth::party(host(1))));
         assert!(hub.acquire(host(3)).is_some());
     }
+
+    /// A closed connection frees its own place only: the address's other
+    /// connections still count, so it cannot open past the limit by
+    /// closing one.
+    #[test]
+    fn a_closed_connection_frees_one_place_of_its_address() {
+        let (hub, _sink, _publisher) = start(WsSettings {
+            queue_capacity: 16,
+            ping_interval: Duration::from_secs(10),
+        })
+        .expect("the publisher thread starts");
+        let ip: IpAddr = "198.51.100.7".parse().unwrap();
+        let mut slots: Vec<Slot> = (0..WS_CONNECTIONS_PER_IP)
+            .map(|_| hub.acquire(ip).expect("a place"))
+            .collect();
+        slots.pop();
+        assert_eq!(hub.connections_from(ip), WS_CONNECTIONS_PER_IP - 1);
+        assert_eq!(hub.connections(), WS_CONNECTIONS_PER_IP - 1);
+        slots.push(hub.acquire(ip).expect("the freed place"));
+        assert!(hub.acquire(ip).is_none(), "the address is full again");
+    }
 }
