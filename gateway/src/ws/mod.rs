@@ -336,4 +336,38 @@ mod tests {
         slots.push(hub.acquire(ip).expect("the freed place"));
         assert!(hub.acquire(ip).is_none(), "the address is full again");
     }
+
+    /// Keys, account flags and pauses stay on the sequencer thread: a batch
+    /// of only those is not handed to the publisher (nothing cloned, no
+    /// delivery), one with a published event beside them is.
+    #[test]
+    fn batches_of_only_unpublished_events_are_not_handed_over() {
+        let (_hub, mut sink, _publisher) = start(WsSettings {
+            queue_capacity: 16,
+            ping_interval: Duration::from_secs(10),
+        })
+        .expect("the publisher thread starts");
+        let state = State::default();
+        sink(&state, &[]).expect("a first picture")();
+        let unpublished = [
+            Event::Account {
+                account: 1,
+                terms_accepted: true,
+                trading_allowed: true,
+                suspended: false,
+            },
+            Event::Trading {
+                paused: true,
+                until_ts_ms: None,
+            },
+        ];
+        assert!(sink(&state, &unpublished).is_none());
+        let mut mixed = unpublished.to_vec();
+        mixed.push(Event::Balance {
+            account: 1,
+            cash: 100,
+            held: 0,
+        });
+        assert!(sink(&state, &mixed).is_some());
+    }
 }
