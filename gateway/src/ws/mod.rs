@@ -337,9 +337,10 @@ mod tests {
         assert!(hub.acquire(ip).is_none(), "the address is full again");
     }
 
-    /// Keys, account flags and pauses stay on the sequencer thread: a batch
-    /// of only those is not handed to the publisher (nothing cloned, no
-    /// delivery), one with a published event beside them is.
+    /// Account flags, pauses and evictions (like keys) stay on the
+    /// sequencer thread: a batch of only those is not handed to the
+    /// publisher (nothing cloned, no delivery), one with a published event
+    /// beside them is.
     #[test]
     fn batches_of_only_unpublished_events_are_not_handed_over() {
         let (_hub, mut sink, _publisher) = start(WsSettings {
@@ -360,6 +361,10 @@ mod tests {
                 paused: true,
                 until_ts_ms: None,
             },
+            Event::Evicted(Box::new(sequencer::retention::Evicted::Trades {
+                market: 1,
+                trades: Vec::new(),
+            })),
         ];
         assert!(sink(&state, &unpublished).is_none());
         let mut mixed = unpublished.to_vec();
