@@ -1405,7 +1405,6 @@ fn a_message_over_64_kb_closes_with_1009_and_one_of_64_kb_is_taken() {
 fn a_fragmented_message_of_64_kb_is_taken_and_one_byte_more_closes_with_1009() {
     use std::io::Write;
     let venue = Venue::start();
-    let mut c = connect(venue.addr());
     // A masked frame with a 16-bit length (every payload here is 126 to
     // 65,535 bytes).
     let frame = |first: u8, payload: &[u8]| {
@@ -1428,12 +1427,42 @@ fn a_fragmented_message_of_64_kb_is_taken_and_one_byte_more_closes_with_1009() {
         raw.extend(frame(0x80, &bytes[split..]));
         c.ws.get_mut().write_all(&raw).expect("raw frames");
     };
-    let exact = message(1, 64 * 1024);
-    send(&mut c, &exact, 32 * 1024);
-    assert_eq!(c.replies(1, 1)[0]["type"], "ok");
-    let over = message(2, 64 * 1024 + 1);
-    send(&mut c, &over, 32 * 1024);
-    assert_eq!(c.close_code(WAIT), 1009);
+    // Halves, a short first fragment and a long one: the bound is on the
+    // sum of the fragments, whichever is the longer.
+    for split in [32 * 1024, 16 * 1024, 48 * 1024] {
+        let mut c = connect(venue.addr());
+        let exact = message(1, 64 * 1024);
+        send(&mut c, &exact, split);
+        assert_eq!(c.replies(1, 1)[0]["type"], "ok", "split at {split}");
+        let over = message(2, 64 * 1024 + 1);
+        send(&mut c, &over, split);
+        assert_eq!(c.close_code(WAIT), 1009, "split at {split}");
+    }
+}
+
+/// RFC 6455 §5.4: a text or binary frame may not start inside a message
+/// still being fragmented; the server closes with 1002 (it does not answer
+/// the second message).
+#[test]
+fn a_new_message_inside_a_fragmented_one_closes_with_1002() {
+    use std::io::Write;
+    let venue = Venue::start();
+    let mut c = connect(venue.addr());
+    let frame = |first: u8, payload: &[u8]| {
+        let key = [9u8, 77, 130, 5];
+        let mut out = vec![first, 0x80 | u8::try_from(payload.len()).expect("short")];
+        out.extend_from_slice(&key);
+        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+        out
+    };
+    // Text without FIN (the start of a message), then a whole text frame.
+    let mut raw = frame(0x01, br#"{"id":1,"cmd":"#);
+    raw.extend(frame(
+        0x81,
+        br#"{"id":2,"cmd":"list_subscriptions","params":{}}"#,
+    ));
+    c.ws.get_mut().write_all(&raw).expect("raw frames");
+    assert_eq!(c.close_code(WAIT), 1002);
 }
 
 /// RFC 6455 §5.1: a frame from the client without a mask closes the
