@@ -1713,6 +1713,31 @@ fn a_request_that_is_not_a_websocket_upgrade_is_refused_with_400() {
     }
 }
 
+/// A binary frame is no command: it is answered with error 2 in the
+/// spec's error shape (id null: a binary frame has no id to echo), and the
+/// connection stays open.
+#[test]
+fn a_binary_frame_is_answered_with_error_2() {
+    let venue = Venue::start();
+    let mut c = connect(venue.addr());
+    c.ws.send(Message::binary(
+        b"{\"id\":1,\"cmd\":\"list_subscriptions\"}".to_vec(),
+    ))
+    .expect("send");
+    let reply = c
+        .next_json(Instant::now() + WAIT)
+        .expect("an answer to a binary frame");
+    assert_eq!(
+        reply,
+        json!({
+            "id": null,
+            "type": "error",
+            "msg": { "code": 2, "msg": "Commands are JSON text frames." }
+        })
+    );
+    assert_eq!(c.cmd(2, "list_subscriptions", json!({}))["type"], "ok");
+}
+
 #[test]
 fn any_origin_is_accepted_and_a_plain_get_is_refused() {
     let venue = Venue::start();
