@@ -1738,6 +1738,31 @@ fn a_binary_frame_is_answered_with_error_2() {
     assert_eq!(c.cmd(2, "list_subscriptions", json!({}))["type"], "ok");
 }
 
+/// An empty key is a key that does not exist: error 9 "Invalid API key."
+/// (as any other wrong key, and counted the same), not the words for a
+/// request that sent no key at all.
+#[test]
+fn a_login_with_an_empty_key_is_an_invalid_key() {
+    let venue = Venue::start();
+    let mut c = connect(venue.addr());
+    let msg = c.cmd_err(1, "login", json!({ "api_key": "" }), 9);
+    assert_eq!(msg, "Invalid API key.");
+}
+
+/// A login the exchange cannot check in time is error 11 (retry), not 9:
+/// the key is not refused.
+#[test]
+fn a_login_the_exchange_cannot_check_is_error_11_not_an_invalid_key() {
+    let mut venue = Venue::start();
+    let trader = venue.trader("100");
+    // Every read to the sequencer gives up at once.
+    venue.restart_with(|c| c.request_timeout_ms = 0);
+    let mut c = connect(venue.addr());
+    c.cmd_err(1, "login", json!({ "api_key": trader.key.as_str() }), 11);
+    // Still anonymous: a second login is not "already authenticated".
+    c.cmd_err(2, "login", json!({ "api_key": trader.key.as_str() }), 11);
+}
+
 #[test]
 fn any_origin_is_accepted_and_a_plain_get_is_refused() {
     let venue = Venue::start();
