@@ -1763,6 +1763,47 @@ fn a_login_the_exchange_cannot_check_is_error_11_not_an_invalid_key() {
     c.cmd_err(2, "login", json!({ "api_key": trader.key.as_str() }), 11);
 }
 
+/// A client that stops reading for a moment while a lot is published
+/// fills the socket: the server's writes then go out in part and wait for
+/// room (under the write timeout). When the client reads again it gets
+/// whole frames (some data dropped, a gap, is allowed) and the connection
+/// still answers commands.
+#[test]
+fn a_client_that_pauses_reading_gets_whole_frames_and_stays_connected() {
+    let venue = Venue::start_with(fast_orders);
+    let market = venue.open_market(SERIES_A);
+    let trader = venue.trader("1000000");
+    let mut c = connect(venue.addr());
+    c.strict = false;
+    // 19 subscriptions of one book and its ticker: each order placed at a
+    // new best price is 38 data messages.
+    for id in 1..=19 {
+        c.subscribe(
+            id,
+            &["orderbook_delta", "ticker"],
+            json!({ "market_tickers": [market] }),
+        );
+    }
+    // Megabytes of data while the client does not read (far more than
+    // the socket's buffers hold).
+    for round in 0..20 {
+        for p in 1..=30 {
+            venue.place_ok(trader.key(), &buy(&market, "up", &format!("0.{p:02}"), "1"));
+        }
+        let resp = venue.delete("/portfolio/orders", trader.key());
+        assert_eq!(resp.status, 200, "round {round}: {}", resp.text);
+    }
+    let mut messages = 0;
+    while c
+        .data_until(Instant::now() + Duration::from_millis(1_000))
+        .is_some()
+    {
+        messages += 1;
+    }
+    assert!(messages > 1_000, "{messages} data messages");
+    assert_eq!(c.cmd(100, "list_subscriptions", json!({}))["type"], "ok");
+}
+
 #[test]
 fn any_origin_is_accepted_and_a_plain_get_is_refused() {
     let venue = Venue::start();
