@@ -664,4 +664,74 @@ mod tests {
         let prices: Vec<_> = book.side(Outcome::Up).top(10).map(|(p, _)| p).collect();
         assert_eq!(prices, vec![99, 65, 64, 63, 1]);
     }
+
+    /// The cache is no part of the state: a book whose checksum was cached
+    /// equals (and hashes as) the same book never asked for one.
+    #[test]
+    fn a_warm_checksum_cache_does_not_change_book_equality() {
+        let mut cold = Book::default();
+        cold.push(Outcome::Up, 55, 1, 1, 10);
+        cold.push(Outcome::Down, 40, 2, 2, 3);
+        let mut warm = cold.clone();
+        warm.checksum_cached();
+        assert!(warm.cache.texts.is_some());
+        assert_eq!(warm, cold);
+        assert_eq!(
+            crate::hash::stable_hash(&warm),
+            crate::hash::stable_hash(&cold)
+        );
+    }
+
+    /// `resting_orders` counts the orders on both sides as they come and go.
+    #[test]
+    fn resting_orders_counts_both_sides() {
+        let mut book = Book::default();
+        let a = book.push(Outcome::Up, 40, 1, 1, 3);
+        book.push(Outcome::Down, 60, 2, 2, 4);
+        book.push(Outcome::Down, 61, 3, 2, 4);
+        assert_eq!(book.resting_orders(), 3);
+        book.reduce(Outcome::Up, 40, a, 2);
+        assert_eq!(
+            book.resting_orders(),
+            3,
+            "a partly filled order still rests"
+        );
+        book.remove(Outcome::Up, 40, a);
+        assert_eq!(book.resting_orders(), 2);
+    }
+
+    /// A settled market's empty book lets its memory go (both sides, the
+    /// node slab and the checksum texts); reads then see two empty sides
+    /// and the empty book's checksum.
+    #[test]
+    fn release_frees_an_empty_books_memory() {
+        let mut book = Book::default();
+        let n = book.push(Outcome::Up, 55, 1, 1, 10);
+        book.checksum_cached();
+        book.remove(Outcome::Up, 55, n);
+        book.release();
+        assert!(book.sides.is_empty());
+        assert_eq!(book.nodes.capacity(), 0);
+        assert_eq!(book.free.capacity(), 0);
+        assert!(book.cache.texts.is_none());
+        assert_eq!(book.side(Outcome::Up).best(), None);
+        assert_eq!(book.side(Outcome::Down).best(), None);
+        let empty = crc32fast::hash(b"up:|down:");
+        assert_eq!(book.checksum(), empty);
+        assert_eq!(book.checksum_cached(), empty);
+    }
+
+    /// A closed market's checksum texts are freed; a later checksum builds
+    /// them again and still agrees with a fresh one.
+    #[test]
+    fn release_checksum_cache_frees_the_texts() {
+        let mut book = Book::default();
+        book.push(Outcome::Up, 55, 1, 1, 10);
+        book.push(Outcome::Down, 45, 2, 2, 7);
+        let before = book.checksum_cached();
+        book.release_checksum_cache();
+        assert!(book.cache.texts.is_none());
+        assert_eq!(book.checksum_cached(), before);
+        assert_eq!(before, book.checksum());
+    }
 }
