@@ -429,4 +429,52 @@ mod tests {
             }
         }
     }
+
+    /// Equality and the state hash see the entries: two indexes that differ
+    /// in one entry differ (a replay that diverged here is caught), and
+    /// `is_empty` follows the entries in and out.
+    #[test]
+    fn equality_hash_and_emptiness_follow_the_entries() {
+        let mut a = ClientOrderIndex::default();
+        assert!(a.is_empty());
+        a.insert(11, 1);
+        assert!(!a.is_empty());
+        let mut b = a.clone();
+        assert_eq!(a, b);
+        assert_eq!(crate::hash::stable_hash(&a), crate::hash::stable_hash(&b));
+        a.insert(12, 2);
+        b.insert(12, 3);
+        assert_ne!(a, b);
+        assert_ne!(crate::hash::stable_hash(&a), crate::hash::stable_hash(&b));
+        assert!(a.remove(11, 1) && a.remove(12, 2));
+        assert!(a.is_empty());
+    }
+
+    /// Removals while the table grows: an entry already moved is removed
+    /// once (its stale copy in the old table is not removed again), an
+    /// entry still to move becomes a tombstone, and when the growth ends
+    /// neither is found and no tombstone was carried into the new table.
+    #[test]
+    fn removal_mid_growth_in_the_moved_and_unmoved_parts() {
+        let mut index = ClientOrderIndex::default();
+        // hash = id: entry id sits at slot id of the 1024-slot table.
+        for id in 1..=513u64 {
+            index.insert(id, id);
+        }
+        assert!(!index.old.is_empty() && index.moved > 2, "growing");
+        assert!(index.remove(2, 2));
+        assert!(!index.remove(2, 2), "an entry is removed once");
+        assert!(index.moved <= 500);
+        assert!(index.remove(500, 500));
+        assert_eq!(index.len(), 511);
+        for id in 514..=1_000u64 {
+            index.insert(id, id);
+        }
+        assert!(index.old.is_empty(), "growth over");
+        assert_eq!(index.len(), 998);
+        assert_eq!(index.get(2, |_| true), None);
+        assert_eq!(index.get(500, |_| true), None);
+        assert!(index.slots.iter().all(|s| s[1] != TOMBSTONE));
+        assert_eq!(index.slots.iter().filter(|s| s[1] != 0).count(), 998);
+    }
 }
