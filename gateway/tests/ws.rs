@@ -1673,43 +1673,16 @@ fn shutdown_closes_every_connection_with_1001() {
 /// upgrade to something else) is refused with 400, not switched.
 #[test]
 fn a_request_that_is_not_a_websocket_upgrade_is_refused_with_400() {
-    use std::io::{Read, Write};
     let venue = Venue::start();
-    let addr = venue.addr();
     for (connection, upgrade) in [("keep-alive", "websocket"), ("Upgrade", "h2c")] {
-        let mut stream = TcpStream::connect(addr).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .expect("timeout");
-        let request = format!(
-            "GET /v1/ws HTTP/1.1\r\nHost: {addr}\r\nConnection: {connection}\r\n\
-             Upgrade: {upgrade}\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-             Sec-WebSocket-Version: 13\r\n\r\n"
-        );
-        stream.write_all(request.as_bytes()).expect("request");
-        let deadline = Instant::now() + WAIT;
-        let mut head = Vec::new();
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let mut buf = [0u8; 1024];
-            match stream.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => head.extend_from_slice(&buf[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    assert!(Instant::now() < deadline, "no answer");
-                }
-                Err(e) => panic!("read: {e}"),
+        let headers = [("Connection", connection), ("Upgrade", upgrade)];
+        match try_connect(venue.addr(), &headers) {
+            Err((status, body)) => {
+                assert_eq!(status, 400, "{headers:?}: {body}");
+                assert_eq!(body["code"], "BAD_REQUEST", "{headers:?}: {body}");
             }
+            Ok(_) => panic!("{headers:?}: switched to a websocket"),
         }
-        let head = String::from_utf8_lossy(&head);
-        assert!(
-            head.starts_with("HTTP/1.1 400 "),
-            "Connection: {connection}, Upgrade: {upgrade}: {head}"
-        );
     }
 }
 
