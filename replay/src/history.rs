@@ -490,11 +490,7 @@ impl History {
                 let at = *end;
                 self.trades.write_all_at(&record, at)?;
                 *end += record.len() as u64;
-                let mut slot = [0u8; INDEX_SLOT];
-                slot[0..8].copy_from_slice(&(at + 1).to_le_bytes());
-                slot[8..16].copy_from_slice(&(record.len() as u64).to_le_bytes());
-                self.trades_idx
-                    .write_all_at(&slot, market_slot(*market, INDEX_SLOT))
+                self.set_trades_record(*market, at, record.len() as u64)
             }
         }
     }
@@ -674,6 +670,17 @@ impl History {
             id = prev;
         }
         Ok((items, None))
+    }
+
+    /// Points a market's index entry at its trades record: at `at` in
+    /// `trades.dat`, `len` bytes long (read back by `trades_record`; the
+    /// offset is stored plus one, so that zeros are no entry).
+    fn set_trades_record(&self, market: MarketId, at: u64, len: u64) -> io::Result<()> {
+        let mut slot = [0u8; INDEX_SLOT];
+        slot[0..8].copy_from_slice(&(at + 1).to_le_bytes());
+        slot[8..16].copy_from_slice(&len.to_le_bytes());
+        self.trades_idx
+            .write_all_at(&slot, market_slot(market, INDEX_SLOT))
     }
 
     /// Where a market's trades record is in `trades.dat` and its length;
@@ -1027,17 +1034,11 @@ mod tests {
         assert!(dir.path().join(DAMAGED).exists());
         // An index entry pointed past the records, at zeros: damage, not a
         // market without trades.
-        let mut entry = [0u8; INDEX_SLOT];
-        entry[0..8].copy_from_slice(&(1 + 4096u64).to_le_bytes());
-        entry[8..16].copy_from_slice(&64u64.to_le_bytes());
         history
             .trades
             .write_all_at(&[0u8; 64], 4096)
             .expect("zeros");
-        history
-            .trades_idx
-            .write_all_at(&entry, market_slot(6, INDEX_SLOT))
-            .expect("index");
+        history.set_trades_record(6, 4096, 64).expect("index");
         let err = history
             .trades(6)
             .expect_err("an empty record read as no trades");
@@ -1374,13 +1375,7 @@ mod tests {
             .expect("store");
         let (at, _) = history.trades_record(4).expect("index").expect("entry");
         for len in [0u64, 4] {
-            let mut entry = [0u8; INDEX_SLOT];
-            entry[0..8].copy_from_slice(&(at + 1).to_le_bytes());
-            entry[8..16].copy_from_slice(&len.to_le_bytes());
-            history
-                .trades_idx
-                .write_all_at(&entry, market_slot(4, INDEX_SLOT))
-                .expect("index");
+            history.set_trades_record(4, at, len).expect("index");
             let err = history
                 .trades(4)
                 .expect_err("a record shorter than its head");
