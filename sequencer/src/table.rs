@@ -266,6 +266,56 @@ mod tests {
         assert_eq!(t.get(3), None);
     }
 
+    /// The counts (ever pushed against live), and the deque taken out and
+    /// put back as snapshots do: ids and kept records stay where they
+    /// were, and records pushed meanwhile come first.
+    #[test]
+    fn counts_and_the_deque_taken_out_and_put_back() {
+        let mut t: Table<(u32, bool), 1> = Table::default();
+        assert!(t.is_empty() && t.items_empty());
+        assert_eq!((t.total(), t.next_id()), (0, 1));
+        for i in 0..6u32 {
+            t.push((i, i == 1));
+        }
+        // Ids 1 and 2 leave the deque: 1 evicted, 2 kept (still live).
+        t.evict(
+            |&(v, live)| match (v, live) {
+                (_, true) => Fate::Keep,
+                (0, _) => Fate::Evict,
+                _ => Fate::Stop,
+            },
+            |_, _| {},
+        );
+        assert_eq!((t.total(), t.len(), t.kept_len()), (6, 5, 1));
+        assert!(!t.is_empty());
+
+        let items = t.take_items();
+        assert_eq!(items.len(), 4);
+        assert!(t.items_empty() && !t.is_empty(), "the kept record stays");
+        assert_eq!((t.next_id(), t.total()), (3, 2), "ids from the front");
+        t.put_back_items(items);
+        assert!(!t.items_empty());
+        assert_eq!((t.next_id(), t.total(), t.len()), (7, 6, 5));
+        assert_eq!(t.get(3), Some(&(2, false)));
+        assert_eq!(t.get(2), Some(&(1, true)));
+
+        // Put back behind records pushed meanwhile, which come first.
+        let items = t.take_items();
+        t.push((9, false));
+        t.put_back_items(items);
+        let values: Vec<u32> = t.iter().map(|&(v, _)| v).collect();
+        assert_eq!(values, vec![1, 9, 2, 3, 4, 5]);
+
+        // A snapshot's sections appended to an empty deque.
+        let mut u: Table<u32, 1> = Table::default();
+        u.extend_items([7, 8]);
+        u.extend_items([9]);
+        assert_eq!((u.next_id(), u.get(3)), (4, Some(&9)));
+        let collected: Table<u32, 1> = [7, 8, 9].into_iter().collect();
+        assert_eq!(collected, u);
+        assert_eq!(collected.total(), 3);
+    }
+
     /// A large set of kept records is looked at a slice per run, from where
     /// the last run stopped, wrapping around: every one is seen within a
     /// bounded number of runs, and none is seen twice in one run.
