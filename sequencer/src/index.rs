@@ -399,15 +399,18 @@ mod tests {
             let hash = |id: u64| id.wrapping_mul(0x9e37_79b9_7f4a_7c15) % spread.max(1);
             let mut index = ClientOrderIndex::default();
             let mut live = std::collections::BTreeSet::new();
+            let mut removed = 0;
             for id in 1..=6_000u64 {
                 index.insert(hash(id), id);
                 live.insert(id);
-                // Remove an older entry now and then, in an order unlike
-                // the insertion order.
-                if id % 3 == 0 {
-                    let victim = (id * 7919) % id + 1;
+                // Remove an older entry at two inserts in three, in an
+                // order unlike the insertion order (a mixed pick of the
+                // ids so far; one already gone is refused).
+                if id % 3 != 0 {
+                    let victim = (id.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) % id + 1;
                     if live.remove(&victim) {
                         assert!(index.remove(hash(victim), victim), "{victim}");
+                        removed += 1;
                     }
                     assert!(!index.remove(hash(victim), victim));
                 }
@@ -422,12 +425,74 @@ mod tests {
                     }
                 }
             }
+            assert!(removed > 2_000, "spread {spread}: {removed} removed");
             assert_eq!(index.len(), live.len() as u64);
             for id in 1..=6_000u64 {
                 let found = index.get(hash(id), |c| c == id && live.contains(&c));
                 assert_eq!(found.is_some(), live.contains(&id), "spread {spread}: {id}");
             }
+            // No removed entry lingers where lookups start (the new table
+            // and the part of the old one still to move), none is there
+            // twice.
+            let mut held: Vec<u64> = index.slots.iter().map(|s| s[1]).collect();
+            held.extend(index.old[index.moved as usize..].iter().map(|s| s[1]));
+            held.retain(|&id| id != 0 && id != TOMBSTONE);
+            held.sort_unstable();
+            assert_eq!(
+                held,
+                live.iter().copied().collect::<Vec<_>>(),
+                "spread {spread}"
+            );
         }
+    }
+
+    /// Probe chains that wrap past the table's last slot to its first:
+    /// entries whose homes are the last slots spill into slots 0.., where
+    /// entries with homes there sit behind them. Removals and inserts in a
+    /// mixed order keep every live entry reachable and no removed one
+    /// held (the shift-back's cyclic "home in (hole, j]" test, both ways).
+    #[test]
+    fn removal_in_chains_that_wrap_around_the_table() {
+        let mut index = ClientOrderIndex::default();
+        // Homes in the last 24 slots and the first 8 of 1024; at most 400
+        // entries, so the table never grows.
+        let hash = |id: u64| (1_000 + id.wrapping_mul(0x9e37_79b9_7f4a_7c15) % 32) % 1_024;
+        let mut live = std::collections::BTreeSet::new();
+        let mut pick = 0x2545_f491_4f6c_dd1du64;
+        let mut next_id = 1u64;
+        for step in 0..20_000u32 {
+            pick ^= pick << 13;
+            pick ^= pick >> 7;
+            pick ^= pick << 17;
+            if live.len() < 400 && (pick % 5 < 3 || live.is_empty()) {
+                index.insert(hash(next_id), next_id);
+                live.insert(next_id);
+                next_id += 1;
+            } else {
+                let nth = (pick >> 8) as usize % live.len();
+                let victim = *live.iter().nth(nth).expect("in range");
+                live.remove(&victim);
+                assert!(index.remove(hash(victim), victim), "{victim} at {step}");
+            }
+            assert_eq!(index.slots.len(), 1_024, "never grows");
+            if step % 50 == 0 {
+                for &id in &live {
+                    assert_eq!(index.get(hash(id), |c| c == id), Some(id), "{id} at {step}");
+                }
+                let mut held: Vec<u64> = index
+                    .slots
+                    .iter()
+                    .map(|s| s[1])
+                    .filter(|&id| id != 0)
+                    .collect();
+                held.sort_unstable();
+                assert_eq!(held, live.iter().copied().collect::<Vec<_>>(), "at {step}");
+            }
+        }
+        assert!(
+            index.slots[..8].iter().all(|s| s[1] != 0),
+            "the chains wrapped"
+        );
     }
 
     /// Equality and the state hash see the entries: two indexes that differ
