@@ -1399,24 +1399,40 @@ fn a_message_over_64_kb_closes_with_1009_and_one_of_64_kb_is_taken() {
     assert_eq!(c.close_code(WAIT), 1009);
 }
 
+/// One frame as a client writes it to the socket: `first` is FIN, the
+/// reserved bits and the opcode; the payload is masked with `mask` when
+/// given (a client must mask: `None` tests the refusal). A 7-bit length up
+/// to 125 bytes, a 16-bit one above.
+fn raw_frame(first: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+    let masked = if mask.is_some() { 0x80 } else { 0 };
+    let mut out = vec![first];
+    match u8::try_from(payload.len()) {
+        Ok(len) if len < 126 => out.push(masked | len),
+        _ => {
+            let len = u16::try_from(payload.len()).expect("a 16-bit length");
+            out.push(masked | 126);
+            out.extend_from_slice(&len.to_be_bytes());
+        }
+    }
+    match mask {
+        Some(key) => {
+            out.extend_from_slice(&key);
+            out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+        }
+        None => out.extend_from_slice(payload),
+    }
+    out
+}
+
 /// The 64 KB bound is on the message, not the frame: a message of exactly
 /// 64 KB sent in two fragments is taken, one byte more closes with 1009.
 #[test]
 fn a_fragmented_message_of_64_kb_is_taken_and_one_byte_more_closes_with_1009() {
     use std::io::Write;
     let venue = Venue::start();
-    // A masked frame with a 16-bit length (every payload here is 126 to
+    // Masked frames with 16-bit lengths (every payload here is 126 to
     // 65,535 bytes).
-    let frame = |first: u8, payload: &[u8]| {
-        let key = [3u8, 141, 59, 26];
-        let len = u16::try_from(payload.len()).expect("16-bit length");
-        assert!(len >= 126);
-        let mut out = vec![first, 0x80 | 126];
-        out.extend_from_slice(&len.to_be_bytes());
-        out.extend_from_slice(&key);
-        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
-        out
-    };
+    let frame = |first: u8, payload: &[u8]| raw_frame(first, payload, Some([3, 141, 59, 26]));
     let message = |id: u64, len: usize| {
         let command = format!(r#"{{"id":{id},"cmd":"list_subscriptions","params":{{}}}}"#);
         format!("{command}{}", " ".repeat(len - command.len())).into_bytes()
@@ -1448,13 +1464,7 @@ fn a_new_message_inside_a_fragmented_one_closes_with_1002() {
     use std::io::Write;
     let venue = Venue::start();
     let mut c = connect(venue.addr());
-    let frame = |first: u8, payload: &[u8]| {
-        let key = [9u8, 77, 130, 5];
-        let mut out = vec![first, 0x80 | u8::try_from(payload.len()).expect("short")];
-        out.extend_from_slice(&key);
-        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
-        out
-    };
+    let frame = |first: u8, payload: &[u8]| raw_frame(first, payload, Some([9, 77, 130, 5]));
     // Text without FIN (the start of a message), then a whole text frame.
     let mut raw = frame(0x01, br#"{"id":1,"cmd":"#);
     raw.extend(frame(
@@ -1476,18 +1486,7 @@ fn an_unmasked_frame_from_the_client_closes_with_1002() {
     let mut c = connect(venue.addr());
     let frame = |id: u64, mask: Option<[u8; 4]>| {
         let text = format!(r#"{{"id":{id},"cmd":"list_subscriptions","params":{{}}}}"#);
-        let mut out = vec![
-            0x81,
-            text.len() as u8 | if mask.is_some() { 0x80 } else { 0 },
-        ];
-        match mask {
-            Some(key) => {
-                out.extend_from_slice(&key);
-                out.extend(text.bytes().enumerate().map(|(i, b)| b ^ key[i % 4]));
-            }
-            None => out.extend_from_slice(text.as_bytes()),
-        }
-        out
+        raw_frame(0x81, text.as_bytes(), mask)
     };
     let mut both = frame(1, Some([7, 1, 200, 42]));
     both.extend(frame(2, None));
