@@ -287,6 +287,16 @@ impl ClientOrderIndex {
 mod tests {
     use super::*;
 
+    /// The ids held where lookups start (the new table and the part of
+    /// the old one still to move), sorted, each as often as it is held.
+    fn held(index: &ClientOrderIndex) -> Vec<u64> {
+        let mut held: Vec<u64> = index.slots.iter().map(|s| s[1]).collect();
+        held.extend(index.old[index.moved as usize..].iter().map(|s| s[1]));
+        held.retain(|&id| id != 0 && id != TOMBSTONE);
+        held.sort_unstable();
+        held
+    }
+
     #[test]
     fn finds_what_was_inserted_through_collisions_and_growth() {
         let mut index = ClientOrderIndex::default();
@@ -431,15 +441,9 @@ mod tests {
                 let found = index.get(hash(id), |c| c == id && live.contains(&c));
                 assert_eq!(found.is_some(), live.contains(&id), "spread {spread}: {id}");
             }
-            // No removed entry lingers where lookups start (the new table
-            // and the part of the old one still to move), none is there
-            // twice.
-            let mut held: Vec<u64> = index.slots.iter().map(|s| s[1]).collect();
-            held.extend(index.old[index.moved as usize..].iter().map(|s| s[1]));
-            held.retain(|&id| id != 0 && id != TOMBSTONE);
-            held.sort_unstable();
+            // No removed entry lingers, none is there twice.
             assert_eq!(
-                held,
+                held(&index),
                 live.iter().copied().collect::<Vec<_>>(),
                 "spread {spread}"
             );
@@ -479,14 +483,11 @@ mod tests {
                 for &id in &live {
                     assert_eq!(index.get(hash(id), |c| c == id), Some(id), "{id} at {step}");
                 }
-                let mut held: Vec<u64> = index
-                    .slots
-                    .iter()
-                    .map(|s| s[1])
-                    .filter(|&id| id != 0)
-                    .collect();
-                held.sort_unstable();
-                assert_eq!(held, live.iter().copied().collect::<Vec<_>>(), "at {step}");
+                assert_eq!(
+                    held(&index),
+                    live.iter().copied().collect::<Vec<_>>(),
+                    "at {step}"
+                );
             }
         }
         assert!(
