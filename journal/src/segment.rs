@@ -394,6 +394,75 @@ mod tests {
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
+    /// A write that fails for another reason than room (here the directory
+    /// is gone) is an I/O error naming what was being done, never `NoSpace`:
+    /// an operator told the disk is full would free space in vain.
+    #[test]
+    fn a_failure_other_than_room_is_not_no_space() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("gone");
+        match prepare_segment(&gone, 3, 16384, false) {
+            Err(JournalError::Io { context, source }) => {
+                assert_eq!(source.kind(), io::ErrorKind::NotFound, "{source}");
+                assert!(context.contains("creating new segment"), "{context}");
+            }
+            other => panic!("{:?}", other.map(|p| p.index)),
+        }
+        assert!(!is_no_space(&io::Error::from(
+            io::ErrorKind::PermissionDenied
+        )));
+        assert!(is_no_space(&io::Error::from_raw_os_error(28)));
+        assert!(is_no_space(&io::Error::from_raw_os_error(122)));
+    }
+
+    /// The body of a segment, paced or not, has every block allocated when
+    /// it is built (`set_len` alone leaves a sparse file, and a store into
+    /// one of its holes on a full disk raises SIGBUS mid-append). Checked
+    /// where the crate promises it (ext4, xfs, tmpfs: see the crate's
+    /// documentation) and before anything maps the file, since a mapping's
+    /// page faults allocate on some file systems (tmpfs) and not on others.
+    #[test]
+    fn a_built_body_has_every_block_allocated() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let Some(kind) = file_system_kind(dir.path()) else {
+            eprintln!("skipping: allocation is not promised on this file system");
+            return;
+        };
+        for paced in [false, true] {
+            let path = dir.path().join(format!("body-{paced}"));
+            let bytes = 2 * PACE_BYTES + 3 * PREALLOC_STEP;
+            let file = build_body(&path, bytes, paced).unwrap();
+            let meta = file.metadata().unwrap();
+            assert_eq!(meta.len(), bytes);
+            assert!(
+                meta.blocks() * 512 >= bytes,
+                "{kind}, paced {paced}: {} of {bytes} bytes allocated",
+                meta.blocks() * 512
+            );
+        }
+    }
+
+    /// The name of the file system holding `dir` when it is one whose
+    /// allocation the crate promises.
+    fn file_system_kind(dir: &Path) -> Option<&'static str> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+        // SAFETY: a zeroed statfs is a valid value of it; statfs reads a
+        // NUL-terminated path and fills the struct it is given.
+        let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statfs(path.as_ptr(), &mut stat) } != 0 {
+            return None;
+        }
+        #[allow(clippy::unnecessary_cast)] // its width differs by target
+        match stat.f_type as i64 {
+            0xEF53 => Some("ext4"),
+            0x5846_5342 => Some("xfs"),
+            0x0102_1994 => Some("tmpfs"),
+            _ => None,
+        }
+    }
+
     /// A segment prepared ahead is built in paced steps: over several
     /// steps it still ends full length and zero throughout, and its header
     /// and name arrive at `finish`. (Whether every block is allocated is
