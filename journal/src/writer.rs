@@ -787,9 +787,7 @@ impl Journal {
         if let Some(mut a) = self.active.take() {
             if a.pos + RECORD_HEADER_LEN <= a.map.len() {
                 let seal = encode_record_header(SEAL_MARKER, self.last_seq.unwrap_or(0), 0, &[]);
-                let pos = a.pos;
-                publish(&mut a.map, pos, &seal);
-                a.pos += RECORD_HEADER_LEN;
+                publish(&mut a.map, a.pos, &seal);
             }
             // The whole file, not only the range since the last flush: a
             // deferred `SyncPoint` for an earlier range of this segment may
@@ -1170,6 +1168,55 @@ mod tests {
         assert!(matches!(j.append(2, 1, b"b"), Err(JournalError::Poisoned)));
         assert!(matches!(j.commit_deferred(), Err(JournalError::Poisoned)));
         assert!(matches!(j.sync(), Err(JournalError::Poisoned)));
+    }
+
+    /// Closing a journal that a failure stopped reports it: what the
+    /// caller appended since the last sync may not be durable.
+    #[test]
+    fn closing_a_stopped_journal_reports_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = open(dir.path(), Durability::GroupCommit);
+        j.append(1, 1, b"a").unwrap();
+        j.poison();
+        assert!(matches!(j.close(), Err(JournalError::Poisoned)));
+    }
+
+    /// Tools ask whether a venue writes a journal before acting on it: no
+    /// lock file or a lock nobody holds is no writer; a live `Journal` is
+    /// one; a directory that cannot be looked in is an error, not "no".
+    #[test]
+    fn writer_running_tells_whether_a_writer_holds_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!writer_running(dir.path()).unwrap(), "no lock file yet");
+        let j = open(dir.path(), Durability::GroupCommit);
+        assert!(writer_running(dir.path()).unwrap());
+        let shown = format!("{j:?}");
+        assert!(shown.starts_with("Journal"), "{shown}");
+        assert!(shown.contains(&format!("{:?}", dir.path())), "{shown}");
+        drop(j);
+        assert!(dir.path().join(LOCK_FILE).exists());
+        assert!(!writer_running(dir.path()).unwrap(), "the writer is gone");
+        let not_a_dir = dir.path().join("file");
+        std::fs::write(&not_a_dir, b"x").unwrap();
+        let err = writer_running(&not_a_dir).unwrap_err().to_string();
+        assert!(err.contains(LOCK_FILE), "{err}");
+    }
+
+    /// Each sync is counted once, and the time counted for them is time
+    /// that passed (the venue's metrics report both).
+    #[test]
+    fn syncs_are_counted_with_the_time_they_took() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let mut j = open(dir.path(), Durability::Always);
+        let before = j.syncs();
+        for seq in 1..=5 {
+            j.append(seq, 1, b"a").unwrap();
+        }
+        let after = j.syncs();
+        let elapsed = started.elapsed().as_micros() as u64;
+        assert_eq!(after.syncs - before.syncs, 5, "one per append");
+        assert!(after.micros <= elapsed, "{after:?} in {elapsed} us");
     }
 
     /// A next segment that cannot be built is reported as soon as its
