@@ -465,8 +465,8 @@ mod tests {
 
     /// A segment prepared ahead is built in paced steps: over several
     /// steps it still ends full length and zero throughout, and its header
-    /// and name arrive at `finish`. (Whether every block is allocated is
-    /// the file system's to report; `faults.rs` fills a disk.)
+    /// and name arrive at `finish`. (That every block is allocated:
+    /// `a_built_body_has_every_block_allocated`.)
     #[test]
     fn a_paced_segment_is_whole_and_zero() {
         let dir = tempfile::tempdir().unwrap();
