@@ -204,4 +204,55 @@ mod tests {
             1_795_294_800_123
         );
     }
+
+    /// An offset's minutes count (India is +05:30), offsets and clock
+    /// fields stop at their last valid value, a leap second is the next
+    /// second, and anything else malformed is refused rather than read as
+    /// some other moment (an auditor's `--until-time` must never move).
+    #[test]
+    fn offsets_with_minutes_and_every_malformed_time() {
+        let at_21 = 1_795_294_800_000;
+        assert_eq!(parse_time("2026-11-22T02:30:00+05:30").unwrap(), at_21);
+        assert_eq!(parse_time("2026-11-21T17:30:00-03:30").unwrap(), at_21);
+        assert_eq!(
+            parse_time("2026-11-21T21:59:00+00:59").unwrap(),
+            at_21,
+            "the last minute of an offset"
+        );
+        assert_eq!(
+            parse_time("2026-11-22T20:00:00+23:00").unwrap(),
+            at_21,
+            "the last hour of an offset"
+        );
+        assert_eq!(parse_time("2026-11-21t21:00:00z").unwrap(), at_21);
+        assert_eq!(
+            parse_time("2026-11-21T20:59:60Z").unwrap(),
+            at_21,
+            "a leap second"
+        );
+        for bad in [
+            "2026/11/21",
+            "2026-11/21",
+            "2026-+1-05",
+            "2026-11-21X21:00:00Z",
+            "2026-11-21T21-00:00Z",
+            "2026-11-21T21:00-00Z",
+            "2026-11-21T21:00Z",
+            "2026-11-21T2",
+            "2026-11-21T21:0",
+            "2026-11-21T24:00:00Z",
+            "2026-11-21T21:60:00Z",
+            "2026-11-21T21:00:61Z",
+            "2026-11-21T21:00:00.Z",
+            "2026-11-21T21:00:00.5",
+            "2026-11-21T21:00:00Zjunk",
+            "2026-11-21T22:00:00+01:00x",
+            "2026-11-21T22:00:00+01-00",
+            "2026-11-21T22:00:00+0100",
+            "2026-11-21T22:00:00+24:00",
+            "2026-11-21T22:00:00+00:60",
+        ] {
+            assert!(parse_time(bad).is_err(), "{bad} was taken");
+        }
+    }
 }
