@@ -2384,3 +2384,191 @@ fn a_refusals_json_gives_the_http_status_its_line_shows() {
         "refusals of several statuses: {statuses:?}"
     );
 }
+
+/// Whether any object in `v` (at any depth) has a field of `names` equal
+/// to `want` (a number, or its decimal string as the REST shapes write
+/// ids), or an array field of `names` holding it.
+fn mentions(v: &Value, names: &[&str], want: &Value) -> bool {
+    let same = |x: &Value| {
+        x == want
+            || (want.is_u64() && x.as_str() == Some(want.to_string().as_str()))
+            || x.as_array().is_some_and(|xs| xs.contains(want))
+    };
+    match v {
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, x)| (names.contains(&k.as_str()) && same(x)) || mentions(x, names, want)),
+        Value::Array(xs) => xs.iter().any(|x| mentions(x, names, want)),
+        _ => false,
+    }
+}
+
+/// `journal find --account/--key/--market/--order-id/--client-order-id`
+/// finds the records that name the account, key, market, order or client
+/// order id in their command or context even when they changed nothing (a
+/// refused withdrawal, a refused order, a cancel-all that found nothing, a
+/// refused key change: no event names them), and every record it finds
+/// names what was asked somewhere (command, context, result or events).
+#[test]
+fn find_selections_find_records_that_changed_nothing_and_nothing_unrelated() {
+    let (_run, d) = simulate_closed(7, 12_000);
+    let all = json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        &d,
+        "--json",
+        "--events",
+    ]));
+    let quiet: Vec<&Value> = all.iter().filter(|l| l["events_count"] == 0).collect();
+    let key_index: BTreeMap<String, Value> = all
+        .iter()
+        .filter_map(|l| {
+            Some((
+                l["context"]["key_id"].as_str()?.to_string(),
+                l["context"]["key"].clone(),
+            ))
+        })
+        .collect();
+    let mut asks: BTreeMap<&str, BTreeMap<String, Ask>> = BTreeMap::new();
+    let mut ask = |flag: &'static str, value: &Value, names: &'static [&'static str], seq: u64| {
+        // Null, or nothing a command line can carry (the simulation's bad
+        // client order ids hold NUL bytes).
+        if value.is_null() || value.as_str().is_some_and(|t| t.contains('\0')) {
+            return;
+        }
+        let text = value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_string);
+        asks.entry(flag)
+            .or_default()
+            .entry(text)
+            .or_insert_with(|| Ask {
+                value: value.clone(),
+                names,
+                seqs: Vec::new(),
+            })
+            .seqs
+            .push(seq);
+    };
+    fn either<'a>(first: &'a Value, or: &'a Value) -> &'a Value {
+        if first.is_null() {
+            or
+        } else {
+            first
+        }
+    }
+    for l in &quiet {
+        let seq = l["seq"].as_u64().unwrap();
+        let (command, context) = (&l["command"], &l["context"]);
+        ask(
+            "--account",
+            either(&command["account"], &context["account"]),
+            &["account"],
+            seq,
+        );
+        ask(
+            "--key",
+            either(&command["key_id"], &context["key_id"]),
+            &["key_id"],
+            seq,
+        );
+        let market = if command["market"].is_string() {
+            &command["market"]
+        } else {
+            &context["market_ticker"]
+        };
+        ask("--market", market, &["market_ticker", "market"], seq);
+        let order = match (l["kind"].as_str(), l["result"]["status"].as_str()) {
+            (Some("cancel_order"), _) => &command["order_id"],
+            (Some("place_order"), Some("order")) => &l["result"]["order"]["order_id"],
+            _ => &Value::Null,
+        };
+        ask("--order-id", order, &["order_id", "order_ids"], seq);
+        ask(
+            "--client-order-id",
+            &command["client_order_id"],
+            &["client_order_id"],
+            seq,
+        );
+    }
+    let kinds_of = |flag: &str, seqs: &[u64]| -> Vec<String> {
+        seqs.iter()
+            .map(|s| format!("{flag} {}", all[*s as usize - 1]["kind"].as_str().unwrap()))
+            .collect()
+    };
+    // Per selection, the two values with the most quiet records, and then
+    // any that names a kind of quiet record not yet asked about.
+    let mut covered = std::collections::BTreeSet::new();
+    for (flag, values) in asks {
+        let mut values: Vec<(String, Ask)> = values.into_iter().collect();
+        values.sort_by_key(|(_, a)| std::cmp::Reverse(a.seqs.len()));
+        for (n, (text, a)) in values.into_iter().enumerate() {
+            let kinds = kinds_of(flag, &a.seqs);
+            if n >= 2 && kinds.iter().all(|k| covered.contains(k)) {
+                continue;
+            }
+            let found = json_lines(&updown_ok(&[
+                "journal",
+                "find",
+                "--data-dir",
+                &d,
+                "--json",
+                "--events",
+                &format!("{flag}={text}"),
+            ]));
+            let found_seqs = seqs(&found);
+            for seq in &a.seqs {
+                assert!(
+                    found_seqs.contains(seq),
+                    "{flag} {text}: seq {seq} ({}) not found",
+                    all[*seq as usize - 1]
+                );
+            }
+            // A key is named by its id, or by its index where an order
+            // of it is (a maker's order in a fill).
+            let idx = key_index.get(&text).filter(|_| flag == "--key");
+            for l in &found {
+                assert!(
+                    mentions(l, a.names, &a.value)
+                        || idx.is_some_and(|i| mentions(l, &["key", "idx"], i)),
+                    "{flag} {text} found a record that does not name it: {l}"
+                );
+            }
+            covered.extend(kinds);
+        }
+    }
+    // The quiet records these cover, so that a change of the simulation
+    // that stops making them shows here.
+    for want in [
+        "--account withdraw",
+        "--account place_order",
+        "--account deposit",
+        "--account issue_key",
+        "--account revoke_key",
+        "--account set_key_limits",
+        "--key place_order",
+        "--key issue_key",
+        "--key revoke_key",
+        "--key set_key_limits",
+        "--market place_order",
+        "--order-id place_order",
+        "--market cancel_all",
+        "--order-id cancel_order",
+        "--client-order-id place_order",
+    ] {
+        assert!(
+            covered.contains(want),
+            "no quiet record for {want}: {covered:?}"
+        );
+    }
+}
+
+/// A value asked of one `journal find` selection: the field names that
+/// name it in a record's JSON, and the seqs of the records that changed
+/// nothing and name it.
+struct Ask {
+    value: Value,
+    names: &'static [&'static str],
+    seqs: Vec<u64>,
+}
