@@ -2404,13 +2404,14 @@ fn mentions(v: &Value, names: &[&str], want: &Value) -> bool {
 }
 
 /// `journal find --account/--key/--market/--order-id/--client-order-id`
-/// finds the records that name the account, key, market, order or client
-/// order id in their command or context even when they changed nothing (a
-/// refused withdrawal, a refused order, a cancel-all that found nothing, a
-/// refused key change: no event names them), and every record it finds
-/// names what was asked somewhere (command, context, result or events).
+/// finds exactly the records that name the account, key, market, order or
+/// client order id somewhere (command, context, result or events). Asked
+/// of what the records that changed nothing name (a refused withdrawal, a
+/// refused order, a cancel-all that found nothing, a refused key change:
+/// no event names them), of what the most records name, and of an order a
+/// window's close cancelled (named by that tick's events alone).
 #[test]
-fn find_selections_find_records_that_changed_nothing_and_nothing_unrelated() {
+fn find_selections_find_exactly_the_records_that_name_what_was_asked() {
     let (_run, d) = simulate_closed(7, 12_000);
     let all = json_lines(&updown_ok(&[
         "journal",
@@ -2447,6 +2448,7 @@ fn find_selections_find_records_that_changed_nothing_and_nothing_unrelated() {
                 value: value.clone(),
                 names,
                 seqs: Vec::new(),
+                busy: false,
             })
             .seqs
             .push(seq);
@@ -2492,6 +2494,61 @@ fn find_selections_find_records_that_changed_nothing_and_nothing_unrelated() {
             seq,
         );
     }
+    // And for each selection the value the most records name (an order
+    // that rested, filled in parts and was cancelled), which asks for the
+    // records events alone tie to it.
+    for (flag, names) in [
+        ("--account", &["account"][..]),
+        ("--key", &["key_id"][..]),
+        ("--market", &["market_ticker", "market"][..]),
+        ("--order-id", &["order_id", "order_ids"][..]),
+        ("--client-order-id", &["client_order_id"][..]),
+    ] {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for l in &all {
+            let mut here = std::collections::BTreeSet::new();
+            named(l, names, &mut here);
+            for text in here {
+                *counts.entry(text).or_default() += 1;
+            }
+        }
+        let Some((text, _)) = counts.into_iter().max_by_key(|(_, n)| *n) else {
+            continue;
+        };
+        let value = text
+            .parse::<u64>()
+            .map_or_else(|_| Value::from(text.as_str()), Value::from);
+        asks.entry(flag)
+            .or_default()
+            .entry(text)
+            .or_insert(Ask {
+                value,
+                names,
+                seqs: Vec::new(),
+                busy: true,
+            })
+            .busy = true;
+    }
+    // And an order that a window's close cancelled: that tick names it
+    // in an order event alone.
+    let closed = all.iter().filter(|l| l["kind"] == "tick").find_map(|l| {
+        l["events"]
+            .as_array()?
+            .iter()
+            .find(|e| e["event"] == "order" && e["status"] == "canceled")
+    });
+    let closed = closed.expect("the simulation's windows close on resting orders");
+    let id = closed["order_id"].as_str().unwrap();
+    asks.entry("--order-id")
+        .or_default()
+        .entry(id.to_string())
+        .or_insert(Ask {
+            value: Value::from(id.parse::<u64>().unwrap()),
+            names: &["order_id", "order_ids"],
+            seqs: Vec::new(),
+            busy: true,
+        })
+        .busy = true;
     // A record's kind, and whether it has no context (a command that is not
     // a key's, or names a key or order that does not exist).
     let kinds_of = |flag: &str, seqs: &[u64]| -> Vec<String> {
@@ -2512,7 +2569,7 @@ fn find_selections_find_records_that_changed_nothing_and_nothing_unrelated() {
         values.sort_by_key(|(_, a)| std::cmp::Reverse(a.seqs.len()));
         for (n, (text, a)) in values.into_iter().enumerate() {
             let kinds = kinds_of(flag, &a.seqs);
-            if n >= 2 && kinds.iter().all(|k| covered.contains(k)) {
+            if n >= 2 && !a.busy && kinds.iter().all(|k| covered.contains(k)) {
                 continue;
             }
             let found = json_lines(&updown_ok(&[
@@ -2525,21 +2582,24 @@ fn find_selections_find_records_that_changed_nothing_and_nothing_unrelated() {
                 &format!("{flag}={text}"),
             ]));
             let found_seqs = seqs(&found);
-            for seq in &a.seqs {
-                assert!(
-                    found_seqs.contains(seq),
-                    "{flag} {text}: seq {seq} ({}) not found",
-                    all[*seq as usize - 1]
-                );
-            }
-            // A key is named by its id, or by its index where an order
-            // of it is (a maker's order in a fill).
+            // Found: exactly the records that name it. A key is named by
+            // its id, or by its index where an order of it is (a maker's
+            // order in a fill).
             let idx = key_index.get(&text).filter(|_| flag == "--key");
+            let names_it = |l: &Value| {
+                mentions(l, a.names, &a.value)
+                    || idx.is_some_and(|i| mentions(l, &["key", "idx"], i))
+            };
             for l in &found {
                 assert!(
-                    mentions(l, a.names, &a.value)
-                        || idx.is_some_and(|i| mentions(l, &["key", "idx"], i)),
+                    names_it(l),
                     "{flag} {text} found a record that does not name it: {l}"
+                );
+            }
+            for l in all.iter().filter(|l| names_it(l)) {
+                assert!(
+                    found_seqs.contains(&l["seq"].as_u64().unwrap()),
+                    "{flag} {text} did not find a record that names it: {l}"
                 );
             }
             covered.extend(kinds);
@@ -2573,10 +2633,34 @@ fn find_selections_find_records_that_changed_nothing_and_nothing_unrelated() {
 }
 
 /// A value asked of one `journal find` selection: the field names that
-/// name it in a record's JSON, and the seqs of the records that changed
-/// nothing and name it.
+/// name it in a record's JSON, the seqs of the records that changed
+/// nothing and name it, and whether it is the one most records name.
 struct Ask {
     value: Value,
     names: &'static [&'static str],
     seqs: Vec<u64>,
+    busy: bool,
+}
+
+/// The values (as text) of the fields of `names` anywhere in `v`.
+fn named(v: &Value, names: &[&str], out: &mut std::collections::BTreeSet<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, x) in map {
+                if names.contains(&k.as_str()) {
+                    let each = x
+                        .as_array()
+                        .map_or_else(|| vec![x], |xs| xs.iter().collect());
+                    out.extend(each.into_iter().filter_map(|x| {
+                        x.as_str()
+                            .map(str::to_string)
+                            .or_else(|| x.as_u64().map(|n| n.to_string()))
+                    }));
+                }
+                named(x, names, out);
+            }
+        }
+        Value::Array(xs) => xs.iter().for_each(|x| named(x, names, out)),
+        _ => {}
+    }
 }
