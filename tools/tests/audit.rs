@@ -40,6 +40,19 @@ fn seqs(lines: &[Value]) -> Vec<u64> {
     lines.iter().map(|l| l["seq"].as_u64().unwrap()).collect()
 }
 
+/// Every record of the journal in data directory `d`, as `journal dump
+/// --json --events` prints it.
+fn dump_with_events(d: &str) -> Vec<Value> {
+    json_lines(&updown_ok(&[
+        "journal",
+        "dump",
+        "--data-dir",
+        d,
+        "--json",
+        "--events",
+    ]))
+}
+
 fn json_one(text: &str) -> Value {
     let lines = json_lines(text);
     assert_eq!(lines.len(), 1, "{text}");
@@ -1824,14 +1837,7 @@ fn a_seq_range_from_a_snapshots_own_seq_shows_that_record() {
 #[test]
 fn stats_counts_the_refused_orders_and_the_contracts_traded_of_each_market() {
     let (_run, d) = simulate_closed(7, 12_000);
-    let lines = json_lines(&updown_ok(&[
-        "journal",
-        "dump",
-        "--data-dir",
-        &d,
-        "--json",
-        "--events",
-    ]));
+    let lines = dump_with_events(&d);
     let mut refused: BTreeMap<String, u64> = BTreeMap::new();
     let mut contracts: BTreeMap<String, u64> = BTreeMap::new();
     let mut trades = 0;
@@ -2290,14 +2296,7 @@ fn find_by_key_finds_the_fills_of_its_resting_orders() {
 #[test]
 fn stats_counts_the_fills_of_each_market() {
     let (_run, d) = simulate_closed(7, 12_000);
-    let lines = json_lines(&updown_ok(&[
-        "journal",
-        "dump",
-        "--data-dir",
-        &d,
-        "--json",
-        "--events",
-    ]));
+    let lines = dump_with_events(&d);
     let fills = lines
         .iter()
         .flat_map(|l| l["events"].as_array().unwrap())
@@ -2325,14 +2324,7 @@ fn stats_counts_the_fills_of_each_market() {
 #[test]
 fn each_json_line_counts_its_events() {
     let (_run, d) = simulate_closed(7, 3_000);
-    let lines = json_lines(&updown_ok(&[
-        "journal",
-        "dump",
-        "--data-dir",
-        &d,
-        "--json",
-        "--events",
-    ]));
+    let lines = dump_with_events(&d);
     assert!(lines
         .iter()
         .any(|l| l["events_count"].as_u64().unwrap() > 0));
@@ -2413,14 +2405,7 @@ fn mentions(v: &Value, names: &[&str], want: &Value) -> bool {
 #[test]
 fn find_selections_find_exactly_the_records_that_name_what_was_asked() {
     let (_run, d) = simulate_closed(7, 12_000);
-    let all = json_lines(&updown_ok(&[
-        "journal",
-        "dump",
-        "--data-dir",
-        &d,
-        "--json",
-        "--events",
-    ]));
+    let all = dump_with_events(&d);
     let quiet: Vec<&Value> = all.iter().filter(|l| l["events_count"] == 0).collect();
     let key_index: BTreeMap<String, Value> = all
         .iter()
