@@ -2377,23 +2377,15 @@ fn a_refusals_json_gives_the_http_status_its_line_shows() {
     );
 }
 
-/// Whether any object in `v` (at any depth) has a field of `names` equal
-/// to `want` (a number, or its decimal string as the REST shapes write
-/// ids), or an array field of `names` holding it.
-fn mentions(v: &Value, names: &[&str], want: &Value) -> bool {
-    let same = |x: &Value| {
-        x == want
-            || (want.is_u64() && x.as_str() == Some(want.to_string().as_str()))
-            || x.as_array().is_some_and(|xs| xs.contains(want))
-    };
-    match v {
-        Value::Object(map) => map
-            .iter()
-            .any(|(k, x)| (names.contains(&k.as_str()) && same(x)) || mentions(x, names, want)),
-        Value::Array(xs) => xs.iter().any(|x| mentions(x, names, want)),
-        _ => false,
-    }
-}
+/// The selections of `journal find` that name one thing, and the fields
+/// of a record's JSON (at any depth) that name it.
+const SELECTIONS: [(&str, &[&str]); 5] = [
+    ("--account", &["account"]),
+    ("--key", &["key_id"]),
+    ("--market", &["market_ticker", "market"]),
+    ("--order-id", &["order_id", "order_ids"]),
+    ("--client-order-id", &["client_order_id"]),
+];
 
 /// `journal find --account/--key/--market/--order-id/--client-order-id`
 /// finds exactly the records that name the account, key, market, order or
@@ -2404,20 +2396,36 @@ fn mentions(v: &Value, names: &[&str], want: &Value) -> bool {
 /// window's close cancelled (named by that tick's events alone).
 #[test]
 fn find_selections_find_exactly_the_records_that_name_what_was_asked() {
+    use std::collections::BTreeSet;
     let (_run, d) = simulate_closed(7, 12_000);
     let all = dump_with_events(&d);
-    let quiet: Vec<&Value> = all.iter().filter(|l| l["events_count"] == 0).collect();
-    let key_index: BTreeMap<String, Value> = all
+    // What each record names, for each selection; and the key indexes it
+    // names (a maker's order in a fill names its key by index alone).
+    let names_of = |names: &[&str]| -> Vec<BTreeSet<String>> {
+        all.iter()
+            .map(|l| {
+                let mut out = BTreeSet::new();
+                named(l, names, &mut out);
+                out
+            })
+            .collect()
+    };
+    let named_by: BTreeMap<&str, Vec<BTreeSet<String>>> = SELECTIONS
+        .iter()
+        .map(|&(flag, names)| (flag, names_of(names)))
+        .collect();
+    let key_indexes_named = names_of(&["key", "idx"]);
+    let key_index: BTreeMap<&str, String> = all
         .iter()
         .filter_map(|l| {
             Some((
-                l["context"]["key_id"].as_str()?.to_string(),
-                l["context"]["key"].clone(),
+                l["context"]["key_id"].as_str()?,
+                l["context"]["key"].to_string(),
             ))
         })
         .collect();
     let mut asks: BTreeMap<&str, BTreeMap<String, Ask>> = BTreeMap::new();
-    let mut ask = |flag: &'static str, value: &Value, names: &'static [&'static str], seq: u64| {
+    let mut ask = |flag: &'static str, value: &Value, seq: Option<u64>| {
         // Null, or nothing a command line can carry (the simulation's bad
         // client order ids hold NUL bytes).
         if value.is_null() || value.as_str().is_some_and(|t| t.contains('\0')) {
@@ -2426,17 +2434,11 @@ fn find_selections_find_exactly_the_records_that_name_what_was_asked() {
         let text = value
             .as_str()
             .map_or_else(|| value.to_string(), str::to_string);
-        asks.entry(flag)
-            .or_default()
-            .entry(text)
-            .or_insert_with(|| Ask {
-                value: value.clone(),
-                names,
-                seqs: Vec::new(),
-                busy: false,
-            })
-            .seqs
-            .push(seq);
+        let a = asks.entry(flag).or_default().entry(text).or_default();
+        match seq {
+            Some(seq) => a.seqs.push(seq),
+            None => a.busy = true,
+        }
     };
     fn either<'a>(first: &'a Value, or: &'a Value) -> &'a Value {
         if first.is_null() {
@@ -2445,74 +2447,39 @@ fn find_selections_find_exactly_the_records_that_name_what_was_asked() {
             first
         }
     }
-    for l in &quiet {
-        let seq = l["seq"].as_u64().unwrap();
+    for l in all.iter().filter(|l| l["events_count"] == 0) {
+        let seq = Some(l["seq"].as_u64().unwrap());
         let (command, context) = (&l["command"], &l["context"]);
         ask(
             "--account",
             either(&command["account"], &context["account"]),
-            &["account"],
             seq,
         );
-        ask(
-            "--key",
-            either(&command["key_id"], &context["key_id"]),
-            &["key_id"],
-            seq,
-        );
+        ask("--key", either(&command["key_id"], &context["key_id"]), seq);
         let market = if command["market"].is_string() {
             &command["market"]
         } else {
             &context["market_ticker"]
         };
-        ask("--market", market, &["market_ticker", "market"], seq);
+        ask("--market", market, seq);
         let order = match (l["kind"].as_str(), l["result"]["status"].as_str()) {
             (Some("cancel_order"), _) => &command["order_id"],
             (Some("place_order"), Some("order")) => &l["result"]["order"]["order_id"],
             _ => &Value::Null,
         };
-        ask("--order-id", order, &["order_id", "order_ids"], seq);
-        ask(
-            "--client-order-id",
-            &command["client_order_id"],
-            &["client_order_id"],
-            seq,
-        );
+        ask("--order-id", order, seq);
+        ask("--client-order-id", &command["client_order_id"], seq);
     }
-    // And for each selection the value the most records name (an order
-    // that rested, filled in parts and was cancelled), which asks for the
-    // records events alone tie to it.
-    for (flag, names) in [
-        ("--account", &["account"][..]),
-        ("--key", &["key_id"][..]),
-        ("--market", &["market_ticker", "market"][..]),
-        ("--order-id", &["order_id", "order_ids"][..]),
-        ("--client-order-id", &["client_order_id"][..]),
-    ] {
-        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for l in &all {
-            let mut here = std::collections::BTreeSet::new();
-            named(l, names, &mut here);
-            for text in here {
-                *counts.entry(text).or_default() += 1;
-            }
+    // And for each selection the value the most records name, which asks
+    // for the records events alone tie to it.
+    for (&flag, sets) in &named_by {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for text in sets.iter().flatten() {
+            *counts.entry(text).or_default() += 1;
         }
-        let Some((text, _)) = counts.into_iter().max_by_key(|(_, n)| *n) else {
-            continue;
-        };
-        let value = text
-            .parse::<u64>()
-            .map_or_else(|_| Value::from(text.as_str()), Value::from);
-        asks.entry(flag)
-            .or_default()
-            .entry(text)
-            .or_insert(Ask {
-                value,
-                names,
-                seqs: Vec::new(),
-                busy: true,
-            })
-            .busy = true;
+        if let Some((text, _)) = counts.into_iter().max_by_key(|(_, n)| *n) {
+            ask(flag, &Value::from(text), None);
+        }
     }
     // And an order that a window's close cancelled: that tick names it
     // in an order event alone.
@@ -2523,17 +2490,7 @@ fn find_selections_find_exactly_the_records_that_name_what_was_asked() {
             .find(|e| e["event"] == "order" && e["status"] == "canceled")
     });
     let closed = closed.expect("the simulation's windows close on resting orders");
-    let id = closed["order_id"].as_str().unwrap();
-    asks.entry("--order-id")
-        .or_default()
-        .entry(id.to_string())
-        .or_insert(Ask {
-            value: Value::from(id.parse::<u64>().unwrap()),
-            names: &["order_id", "order_ids"],
-            seqs: Vec::new(),
-            busy: true,
-        })
-        .busy = true;
+    ask("--order-id", &closed["order_id"], None);
     // A record's kind, and whether it has no context (a command that is not
     // a key's, or names a key or order that does not exist).
     let kinds_of = |flag: &str, seqs: &[u64]| -> Vec<String> {
@@ -2548,7 +2505,7 @@ fn find_selections_find_exactly_the_records_that_name_what_was_asked() {
     };
     // Per selection, the two values with the most quiet records, and then
     // any that names a kind of quiet record not yet asked about.
-    let mut covered = std::collections::BTreeSet::new();
+    let mut covered = BTreeSet::new();
     for (flag, values) in asks {
         let mut values: Vec<(String, Ask)> = values.into_iter().collect();
         values.sort_by_key(|(_, a)| std::cmp::Reverse(a.seqs.len()));
@@ -2557,7 +2514,7 @@ fn find_selections_find_exactly_the_records_that_name_what_was_asked() {
             if n >= 2 && !a.busy && kinds.iter().all(|k| covered.contains(k)) {
                 continue;
             }
-            let found = json_lines(&updown_ok(&[
+            let lines = json_lines(&updown_ok(&[
                 "journal",
                 "find",
                 "--data-dir",
@@ -2566,25 +2523,17 @@ fn find_selections_find_exactly_the_records_that_name_what_was_asked() {
                 "--events",
                 &format!("{flag}={text}"),
             ]));
-            let found_seqs = seqs(&found);
             // Found: exactly the records that name it. A key is named by
-            // its id, or by its index where an order of it is (a maker's
-            // order in a fill).
-            let idx = key_index.get(&text).filter(|_| flag == "--key");
-            let names_it = |l: &Value| {
-                mentions(l, a.names, &a.value)
-                    || idx.is_some_and(|i| mentions(l, &["key", "idx"], i))
-            };
-            for l in &found {
-                assert!(
-                    names_it(l),
-                    "{flag} {text} found a record that does not name it: {l}"
-                );
-            }
-            for l in all.iter().filter(|l| names_it(l)) {
-                assert!(
-                    found_seqs.contains(&l["seq"].as_u64().unwrap()),
-                    "{flag} {text} did not find a record that names it: {l}"
+            // its id, or by its index where an order of it is.
+            let found: BTreeSet<u64> = seqs(&lines).into_iter().collect();
+            let idx = key_index.get(text.as_str()).filter(|_| flag == "--key");
+            for (i, l) in all.iter().enumerate() {
+                let names_it = named_by[flag][i].contains(&text)
+                    || idx.is_some_and(|idx| key_indexes_named[i].contains(idx));
+                assert_eq!(
+                    found.contains(&l["seq"].as_u64().unwrap()),
+                    names_it,
+                    "{flag} {text}: found (left) and names it (right) disagree on {l}"
                 );
             }
             covered.extend(kinds);
@@ -2617,12 +2566,12 @@ fn find_selections_find_exactly_the_records_that_name_what_was_asked() {
     }
 }
 
-/// A value asked of one `journal find` selection: the field names that
-/// name it in a record's JSON, the seqs of the records that changed
-/// nothing and name it, and whether it is the one most records name.
+/// A value asked of one `journal find` selection: the seqs of the records
+/// that changed nothing and name it, and whether it is asked for the
+/// records that name it otherwise (the value most records name, an order
+/// a window's close cancelled).
+#[derive(Default)]
 struct Ask {
-    value: Value,
-    names: &'static [&'static str],
     seqs: Vec<u64>,
     busy: bool,
 }
