@@ -166,6 +166,12 @@ impl Piece {
     }
 }
 
+/// The bytes a count rewritten in place changed by (old xor new).
+struct Digits {
+    bytes: [u8; 20],
+    len: usize,
+}
+
 /// One side's part of the checksum text, the lowest price it includes,
 /// and the text of every level. The up side's part is `up:` + its levels +
 /// `|down:`, the down side's its levels alone: the whole text is the one
@@ -211,24 +217,36 @@ impl SideText {
     }
 
     /// Rewrites the count of a level in the text in place if it is shown,
-    /// not emptied and as long as before; says whether it did.
-    fn patch(&mut self, price: PriceCents, total: u64) -> bool {
+    /// not emptied and as long as before. Says where the rewritten digits
+    /// end and what they changed by (old xor new), or `None` when the
+    /// level cannot be patched.
+    fn patch(&mut self, price: PriceCents, total: u64) -> Option<(usize, Digits)> {
         let p = usize::from(price);
         if self.shown & (1u128 << p) == 0 || total == 0 {
-            return false;
+            return None;
         }
         let n = usize::from(self.lens[p]) - 5;
         if total.checked_ilog10().unwrap_or(0) as usize + 1 != n {
-            return false;
+            return None;
         }
         // The digits, last first, straight into their place.
         let at = usize::from(self.offsets[p]) + 5;
+        let mut diff = Digits {
+            bytes: [0; 20],
+            len: n,
+        };
         let mut v = total;
-        for byte in self.bytes[at..at + n].iter_mut().rev() {
-            *byte = b'0' + (v % 10) as u8;
+        for (byte, d) in self.bytes[at..at + n]
+            .iter_mut()
+            .zip(&mut diff.bytes[..n])
+            .rev()
+        {
+            let new = b'0' + (v % 10) as u8;
+            *d = *byte ^ new;
+            *byte = new;
             v /= 10;
         }
-        true
+        Some((at + n, diff))
     }
 
     /// Writes the side's ten best levels, best first, as `p:c,p:c`,
@@ -273,12 +291,13 @@ impl SideText {
 #[derive(Clone, Debug)]
 struct Texts {
     sides: [SideText; 2],
-    /// The crc state after the up side's part, while that part is valid:
-    /// a change on the down side alone hashes only the down side's part.
-    after_up: crc32fast::Hasher,
-    /// Whether `after_up` is the state after the up side's text as it is.
+    /// The crc of the up side's part, while that part is valid: a change
+    /// on the down side alone hashes only the down side's part.
+    after_up: u32,
+    /// Whether `after_up` is the crc of the up side's text as it is.
     up_hashed: bool,
-    /// The checksum of the texts as they stand, until a change alters them.
+    /// The checksum of the texts as they stand: kept through a count
+    /// rewritten in place, cleared by any other change the text shows.
     crc: Option<u32>,
 }
 
@@ -457,7 +476,7 @@ impl Book {
         let texts = self.cache.texts.get_or_insert_with(|| {
             Box::new(Texts {
                 sides: [SideText::new(b"up:"), SideText::new(b"")],
-                after_up: crc32fast::Hasher::new(),
+                after_up: 0,
                 up_hashed: false,
                 crc: None,
             })
@@ -474,13 +493,12 @@ impl Book {
         }
         if !texts.up_hashed {
             texts.up_hashed = true;
-            texts.after_up = crc32fast::Hasher::new();
-            texts.after_up.update(&up.bytes[..up.len]);
+            texts.after_up = crc32fast::hash(&up.bytes[..up.len]);
         }
         if !down.valid {
             down.rewrite(self.sides.get(1).unwrap_or(&EMPTY_SIDE));
         }
-        let mut hasher = texts.after_up.clone();
+        let mut hasher = crc32fast::Hasher::new_with_initial(texts.after_up);
         hasher.update(&down.bytes[..down.len]);
         let crc = hasher.finalize();
         texts.crc = Some(crc);
@@ -530,21 +548,47 @@ impl ChecksumCache {
     /// The level of `outcome` at `price` now holds `total`. A level in the
     /// text whose count keeps its number of digits is rewritten in place
     /// (the common case: the set of ten levels and every other piece stay
-    /// where they are); any other change at or above the tenth level
-    /// leaves the side to be rewritten.
+    /// where they are), and the checksums kept follow it by arithmetic
+    /// (`crc`); any other change at or above the tenth level leaves the
+    /// side to be rewritten and hashed.
     fn touch(&mut self, outcome: Outcome, price: PriceCents, total: u64) {
-        if let Some(texts) = &mut self.texts {
-            let text = &mut texts.sides[outcome.index()];
-            text.stale |= 1u128 << price;
-            if price >= text.floor {
-                texts.crc = None;
-                if outcome == Outcome::Up {
-                    texts.up_hashed = false;
-                }
-                if !(text.valid && text.patch(price, total)) {
-                    text.valid = false;
-                }
-            }
+        let Some(texts) = &mut self.texts else {
+            return;
+        };
+        let [up, down] = &mut texts.sides;
+        let (text, other) = match outcome {
+            Outcome::Up => (up, down),
+            Outcome::Down => (down, up),
+        };
+        text.stale |= 1u128 << price;
+        if price < text.floor {
+            return;
+        }
+        let patched = if text.valid {
+            text.patch(price, total)
+        } else {
+            None
+        };
+        if outcome == Outcome::Up {
+            // Kept by arithmetic would cost a second multiply per change;
+            // hashing the up side again is rarer (a down change that is
+            // not a patch, after an up change).
+            texts.up_hashed = false;
+        }
+        let Some((end, diff)) = patched else {
+            text.valid = false;
+            texts.crc = None;
+            return;
+        };
+        if let Some(crc) = &mut texts.crc {
+            // Bytes after the rewritten digits: the rest of this side's
+            // part, and for the up side the whole down part (valid while
+            // the checksum is kept).
+            let after = match outcome {
+                Outcome::Up => text.len - end + other.len,
+                Outcome::Down => text.len - end,
+            };
+            *crc ^= crate::crc::window(&diff.bytes[..diff.len], after);
         }
     }
 }
@@ -636,6 +680,56 @@ mod tests {
             }
             assert_eq!(book.checksum_cached(), book.checksum(), "step {step}");
         }
+    }
+
+    /// As matching and cancels do: several changes, on either side, in or
+    /// out of place, between two checksums; partial fills keep counts'
+    /// digits (the checksum follows them by arithmetic) or change them.
+    #[test]
+    fn the_cached_checksum_follows_runs_of_changes_between_asks() {
+        let mut book = Book::default();
+        let mut nodes: Vec<(Outcome, PriceCents, u32, u32)> = Vec::new();
+        let mut x = 987_654_321u64;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            x >> 16
+        };
+        let mut kept = 0;
+        for step in 0..20_000u64 {
+            let r = next();
+            let outcome = if r & 1 == 0 {
+                Outcome::Up
+            } else {
+                Outcome::Down
+            };
+            // Levels near a touch, so that most changes are shown.
+            let price = 40 + ((r >> 1) % 14) as u8;
+            match (r >> 8) % 4 {
+                0 | 1 if !nodes.is_empty() => {
+                    let i = (next() as usize) % nodes.len();
+                    let (o, p, n, left) = nodes[i];
+                    let take = 1 + (next() as u32) % left;
+                    if book.reduce(o, p, n, take) == 0 {
+                        nodes.swap_remove(i);
+                    } else {
+                        nodes[i].3 = left - take;
+                    }
+                }
+                _ => {
+                    let count = 1 + (next() % 120) as u32;
+                    let n = book.push(outcome, price, step + 1, 1, count);
+                    nodes.push((outcome, price, n, count));
+                }
+            }
+            if next() % 3 == 0 {
+                let before = book.cache.texts.as_ref().and_then(|t| t.crc);
+                assert_eq!(book.checksum_cached(), book.checksum(), "step {step}");
+                kept += usize::from(before.is_some());
+            }
+        }
+        assert!(kept > 1_000, "the arithmetic path ran {kept} times");
     }
 
     #[test]

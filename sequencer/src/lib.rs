@@ -16,6 +16,7 @@ pub mod auth;
 pub mod book;
 pub mod calendar;
 pub mod command;
+mod crc;
 pub mod engine;
 pub mod event;
 pub mod fees;
