@@ -9,7 +9,7 @@
 
 use std::error::Error;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use journal::{Durability, JournalConfig};
@@ -18,7 +18,7 @@ use replay::{Node, NodeConfig, Until};
 use sequencer::hash::stable_hash;
 use sequencer::{Event, Stamped, State};
 
-use crate::clock;
+use crate::clock::{self, ThreadCpu};
 use crate::flow::{Flow, Label, LobsterOp, T0};
 
 /// Errors of the journal and replay engines.
@@ -78,6 +78,9 @@ pub struct Outcome {
     pub commands: u64,
     /// Wall time of the timed part.
     pub elapsed: Duration,
+    /// What the thread that drove the timed part spent on it (for replay,
+    /// the thread that applies; decoding runs beside it).
+    pub cpu: Option<ThreadCpu>,
     /// Commands the venue refused (the flow is built to have none).
     pub rejected: u64,
     /// Contracts traded.
@@ -90,6 +93,14 @@ impl Outcome {
     /// Commands per second.
     pub fn rate(&self) -> f64 {
         self.commands as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Commands per second of the driving thread's user time: the rate
+    /// with the kernel's share (page faults) and other tenants' time
+    /// taken out. Steadier than `rate` on a shared machine; not an aim.
+    pub fn user_rate(&self) -> Option<f64> {
+        self.cpu
+            .map(|cpu| self.commands as f64 / cpu.user.as_secs_f64().max(1e-9))
     }
 }
 
@@ -113,11 +124,10 @@ fn drive<T, E: Engine<T>>(
     labels: &[Label],
     batch: usize,
     latencies: Option<&mut Latencies>,
-) -> Duration {
+) -> (Duration, Option<ThreadCpu>) {
     assert_eq!(items.len(), labels.len(), "one label per command");
     clock::calibrate();
-    let start = Instant::now();
-    match latencies {
+    let ((), elapsed, cpu) = clock::timed(|| match latencies {
         None => {
             for (c, chunk) in items.chunks(batch).enumerate() {
                 for (i, item) in chunk.iter().enumerate() {
@@ -150,8 +160,8 @@ fn drive<T, E: Engine<T>>(
                     .saturating_record(clock::nanos_between(t, clock::ticks()));
             }
         }
-    }
-    start.elapsed()
+    });
+    (elapsed, cpu)
 }
 
 /// Contracts traded in a state, summed over its markets' trades.
@@ -205,10 +215,11 @@ pub fn run_core(
         core.step(stamped);
     }
     core.end_batch();
-    let elapsed = drive(&mut core, &flow.body, &flow.labels, batch, latencies);
+    let (elapsed, cpu) = drive(&mut core, &flow.body, &flow.labels, batch, latencies);
     Outcome {
         commands: flow.body.len() as u64,
         elapsed,
+        cpu,
         rejected: core.rejected,
         contracts: contracts(&core.state),
         fingerprint: Some(Fingerprint::of(&core.state, full_hash)),
@@ -304,7 +315,7 @@ pub fn run_journaled(
         engine.step(stamped);
     }
     engine.end_batch();
-    let elapsed = drive(
+    let (elapsed, cpu) = drive(
         &mut engine,
         body,
         &flow.labels[..body.len()],
@@ -315,6 +326,7 @@ pub fn run_journaled(
     let outcome = Outcome {
         commands: body.len() as u64,
         elapsed,
+        cpu,
         rejected: engine.rejected,
         contracts: contracts(state),
         fingerprint: Some(Fingerprint::of(state, full_hash)),
@@ -346,12 +358,12 @@ pub fn journal_bytes(flow: &Flow) -> u64 {
 /// `replay::replay` over the journal in `dir`: read, check, decode and apply
 /// every record. The count includes the setup's few hundred commands.
 pub fn run_replay(dir: &Path, full_hash: bool) -> Result<Outcome, BenchError> {
-    let start = Instant::now();
-    let replayed = replay::replay(dir, None, Until::End)?;
-    let elapsed = start.elapsed();
+    let (replayed, elapsed, cpu) = clock::timed(|| replay::replay(dir, None, Until::End));
+    let replayed = replayed?;
     Ok(Outcome {
         commands: replayed.applied,
         elapsed,
+        cpu,
         rejected: 0,
         contracts: contracts(&replayed.state),
         fingerprint: Some(Fingerprint::of(&replayed.state, full_hash)),
@@ -399,10 +411,11 @@ pub fn run_lobster(flow: &Flow, batch: usize, latencies: Option<&mut Latencies>)
         books,
         contracts: 0,
     };
-    let elapsed = drive(&mut engine, &flow.lobster, &flow.labels, batch, latencies);
+    let (elapsed, cpu) = drive(&mut engine, &flow.lobster, &flow.labels, batch, latencies);
     Outcome {
         commands: flow.lobster.len() as u64,
         elapsed,
+        cpu,
         rejected: 0,
         contracts: engine.contracts,
         fingerprint: None,

@@ -47,7 +47,23 @@ fn every_engine_processes_the_whole_flow_and_the_sequencer_engines_agree() {
                 figures.kind
             );
             fingerprints.extend(outcome.fingerprint);
+            // The driving thread's CPU is counted where the kernel counts
+            // per thread, and it cannot exceed the wall time by more than
+            // the counters' tick.
+            if cfg!(target_os = "linux") {
+                let cpu = outcome.cpu.expect("Linux counts a thread's CPU");
+                assert!(
+                    cpu.user + cpu.sys <= outcome.elapsed + std::time::Duration::from_millis(20),
+                    "{:?}: {cpu:?} within {:?}",
+                    figures.kind,
+                    outcome.elapsed
+                );
+                assert!(outcome.user_rate().is_some_and(|r| r > 0.0));
+            }
         }
+    }
+    if cfg!(target_os = "linux") {
+        assert!(text.contains("by user time"), "{text}");
     }
     assert!(report.flow_contracts > 0, "the flow trades");
     // The core alone, the journaled runs and replay end in the same state.
