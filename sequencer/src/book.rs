@@ -718,7 +718,13 @@ mod tests {
                     }
                 }
                 _ => {
-                    let count = 1 + (next() % 120) as u32;
+                    // Now and then a large order: counts of five to
+                    // eight digits take the longer arithmetic path.
+                    let count = if next() % 10 == 0 {
+                        10_000 + (next() % 10_000_000) as u32
+                    } else {
+                        1 + (next() % 120) as u32
+                    };
                     let n = book.push(outcome, price, step + 1, 1, count);
                     nodes.push((outcome, price, n, count));
                 }
