@@ -1140,7 +1140,13 @@ impl State {
             account_slot: 0,
         };
         order.hold = order.hold_formula();
-        let top_before = self.top(market_id);
+        // The ticker: trades can change anything at the top of the book, so
+        // an order that trades compares the whole top before and after; one
+        // that trades nothing changes it only by resting (see
+        // `emit_ticker_for_level`).
+        let top_before = (dry.would_fill > 0).then(|| self.top(market_id));
+        let (rest_side, rest_price) = book_place(new);
+        let best_before = self.markets[market_id as usize].book.side(rest_side).best();
         let order_dollars = self.order_dollars(new, &dry);
         // Commit cash or contracts for the whole order; fills and the end of
         // the order release them.
@@ -1181,7 +1187,13 @@ impl State {
         debug_assert_eq!(order.hold, order.hold_formula());
         events.push(Event::Order(OrderUpdate::of(&order)));
         self.emit_account(account_id, market_id, new.outcome, events);
-        self.emit_ticker_if_changed(market_id, top_before, events);
+        match top_before {
+            Some(before) => self.emit_ticker_if_changed(market_id, before, events),
+            None if order.is_resting() => {
+                self.emit_ticker_for_level(market_id, rest_price, best_before, events);
+            }
+            None => {}
+        }
         Reply::Order {
             order,
             created: true,
@@ -1565,9 +1577,10 @@ impl State {
             };
         }
         let market = order.market;
-        let top_before = self.top(market);
+        let (side, price) = order.book_place();
+        let best_before = self.markets[market as usize].book.side(side).best();
         self.cancel_resting(order_id, events);
-        self.emit_ticker_if_changed(market, top_before, events);
+        self.emit_ticker_for_level(market, price, best_before, events);
         Reply::Order {
             order: self.orders[order_id],
             created: false,
@@ -1656,6 +1669,27 @@ impl State {
         let top = self.top(market);
         if top != before {
             events.push(Event::Ticker { market, top });
+        }
+    }
+
+    /// The ticker after a change of one level's contracts, at `price` on a
+    /// side whose best bid was `best_before`, and of nothing else (no
+    /// trade): the top changed exactly when the level was at or above that
+    /// best (a new best, or the best's size). Below it, neither the top nor
+    /// the last price moved. What `emit_ticker_if_changed` would emit, without
+    /// reading the top twice.
+    fn emit_ticker_for_level(
+        &self,
+        market: MarketId,
+        price: PriceCents,
+        best_before: Option<PriceCents>,
+        events: &mut Vec<Event>,
+    ) {
+        if best_before.is_none_or(|best| price >= best) {
+            events.push(Event::Ticker {
+                market,
+                top: self.top(market),
+            });
         }
     }
 

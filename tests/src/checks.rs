@@ -212,7 +212,12 @@ impl EventChecker {
                     }
                 }
                 Event::Ticker { market, top } => {
-                    self.tops.insert(*market, *top);
+                    // A ticker says a change: never the top it said last.
+                    if self.tops.insert(*market, *top) == Some(*top) {
+                        return Err(format!(
+                            "event {i}: a ticker of market {market} that repeats the last one: {top:?}"
+                        ));
+                    }
                 }
                 Event::Trade(trade) => {
                     if trade.trade_id != self.next_trade_id {
