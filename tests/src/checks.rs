@@ -213,7 +213,8 @@ impl EventChecker {
                 }
                 Event::Ticker { market, top } => {
                     // A ticker says a change: never the top it said last.
-                    if self.tops.insert(*market, *top) == Some(*top) {
+                    let last = self.tops.insert(*market, *top);
+                    if last == Some(*top) {
                         return Err(format!(
                             "event {i}: a ticker of market {market} that repeats the last one: {top:?}"
                         ));
