@@ -160,14 +160,53 @@ pub(crate) struct Prepared {
     map: memmap2::MmapMut,
 }
 
+/// How a new segment's pages are faulted in before any record is appended:
+/// a segment is written front to back, and taking the faults while it is
+/// prepared keeps them off the append path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Populate {
+    /// For reading (`MAP_POPULATE`). The pages stay clean, so a sync writes
+    /// back only what was appended; but the kernel maps a shared file's
+    /// clean pages read-only to see them dirtied, so the first store into
+    /// each 4 KiB page still faults on the appending thread (one fault per
+    /// 20 records or so).
+    Read,
+    /// Writable (`MADV_POPULATE_WRITE`, Linux 5.14 and later), dirtying
+    /// every page at once: appends never fault. Only for a journal that is
+    /// never synced (`Durability::Never`): a sync writes back every dirty
+    /// page of the file, and the first would write the whole segment of
+    /// zeros ahead of the records. Where the kernel refuses, as `Read`.
+    Write,
+}
+
+/// Maps a built segment, faulted in as `populate` says.
+fn map_segment(file: &File, populate: Populate) -> io::Result<memmap2::MmapMut> {
+    // SAFETY (both mappings): `build_body` preallocated the whole file and
+    // synced it; it is never shrunk, so every mapped byte is backed.
+    // Nothing else maps it until it is renamed into place by the only
+    // writer.
+    #[cfg(target_os = "linux")]
+    if populate == Populate::Write {
+        let map = unsafe { memmap2::MmapOptions::new().map_mut(file) }?;
+        if map.advise(memmap2::Advice::PopulateWrite).is_ok() {
+            return Ok(map);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = populate;
+    unsafe { memmap2::MmapOptions::new().populate().map_mut(file) }
+}
+
 /// Builds segment `index` of `segment_bytes` under its temporary name (see
-/// [`Prepared`]); `paced` for one built ahead (see [`build_body`]). On
-/// failure the temporary file is removed.
+/// [`Prepared`]); `paced` for one built ahead (see [`build_body`]), its
+/// pages faulted in as `populate` says. On failure the temporary file is
+/// removed.
 pub(crate) fn prepare_segment(
     dir: &Path,
     index: u64,
     segment_bytes: u64,
     paced: bool,
+    populate: Populate,
 ) -> Result<Prepared, JournalError> {
     // A segment the file system has no room for fails at once, instead of
     // filling the disk to its last block first (a segment may be GiBs)
@@ -187,13 +226,7 @@ pub(crate) fn prepare_segment(
     }
     let temp = dir.join(format!("{index:020}{TEMP_EXT}"));
     let built = build_body(&temp, segment_bytes, paced).and_then(|file| {
-        // SAFETY: `build_body` preallocated the whole file and synced it; it
-        // is never shrunk, so every mapped byte is backed. Nothing else maps
-        // it until it is renamed into place by the only writer. The mapping
-        // is populated up front (MAP_POPULATE): a segment is written front
-        // to back, and taking every page fault here keeps them off the
-        // append path.
-        let map = unsafe { memmap2::MmapOptions::new().populate().map_mut(&file) }
+        let map = map_segment(&file, populate)
             .map_err(|e| JournalError::io(format!("mapping new segment {}", temp.display()), e))?;
         Ok((file, map))
     });
@@ -351,10 +384,64 @@ mod tests {
         assert!(segment_file_name(9) < segment_file_name(10));
     }
 
+    /// Minor page faults of the calling thread so far.
+    #[cfg(target_os = "linux")]
+    fn minor_faults() -> i64 {
+        // SAFETY: getrusage writes only the struct it is given; all zeros is
+        // a valid value of it.
+        unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            assert_eq!(libc::getrusage(libc::RUSAGE_THREAD, &mut usage), 0);
+            usage.ru_minflt
+        }
+    }
+
+    /// A journal that is never synced gets segments faulted in writable, so
+    /// that its appends take no page fault (one per page when faulted in for
+    /// reading, on a file system that tracks dirty pages); the contents are
+    /// the same zeros either way.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_segment_populated_for_writing_takes_no_fault_per_page() {
+        let dir = tempfile::tempdir().unwrap();
+        // Whether this kernel populates writable at all (5.14 and later),
+        // asked of another file so as not to populate the segment itself.
+        let probe_path = dir.path().join("probe");
+        let probe = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&probe_path)
+            .unwrap();
+        probe.set_len(4096).unwrap();
+        // SAFETY: a file of this test's own, mapped once.
+        let probe_map = unsafe { memmap2::MmapOptions::new().map_mut(&probe) }.unwrap();
+        if probe_map.advise(memmap2::Advice::PopulateWrite).is_err() {
+            eprintln!("skipped: this kernel does not populate mappings writable");
+            return;
+        }
+        let bytes: u64 = 4 << 20;
+        let (_file, mut map) = prepare_segment(dir.path(), 6, bytes, false, Populate::Write)
+            .unwrap()
+            .finish(dir.path(), 1, bytes)
+            .unwrap();
+        assert!(map[SEGMENT_HEADER_LEN..].iter().all(|&b| b == 0));
+        let pages = (SEGMENT_HEADER_LEN..bytes as usize).step_by(4096);
+        let count = pages.len() as i64;
+        let before = minor_faults();
+        for at in pages {
+            map[at] = 1;
+        }
+        let faults = minor_faults() - before;
+        // The header's page was synced at `finish`, so it faults again.
+        assert!(faults <= 8, "{faults} faults storing into {count} pages");
+    }
+
     #[test]
     fn created_segment_has_header_and_full_length() {
         let dir = tempfile::tempdir().unwrap();
-        let (file, _) = prepare_segment(dir.path(), 5, 16384, false)
+        let (file, _) = prepare_segment(dir.path(), 5, 16384, false, Populate::Read)
             .unwrap()
             .finish(dir.path(), 77, 16384)
             .unwrap();
@@ -385,7 +472,7 @@ mod tests {
     fn a_segment_with_no_room_is_refused_before_writing() {
         let dir = tempfile::tempdir().unwrap();
         let Err(JournalError::NoSpace { path, source }) =
-            prepare_segment(dir.path(), 2, 1 << 60, false)
+            prepare_segment(dir.path(), 2, 1 << 60, false, Populate::Read)
         else {
             panic!("an exabyte segment was built");
         };
@@ -401,7 +488,7 @@ mod tests {
     fn a_failure_other_than_room_is_not_no_space() {
         let dir = tempfile::tempdir().unwrap();
         let gone = dir.path().join("gone");
-        match prepare_segment(&gone, 3, 16384, false) {
+        match prepare_segment(&gone, 3, 16384, false, Populate::Read) {
             Err(JournalError::Io { context, source }) => {
                 assert_eq!(source.kind(), io::ErrorKind::NotFound, "{source}");
                 assert!(context.contains("creating new segment"), "{context}");
@@ -471,7 +558,7 @@ mod tests {
     fn a_paced_segment_is_whole_and_zero() {
         let dir = tempfile::tempdir().unwrap();
         let bytes = 2 * PACE_BYTES + 3 * PREALLOC_STEP;
-        let prepared = prepare_segment(dir.path(), 4, bytes, true).unwrap();
+        let prepared = prepare_segment(dir.path(), 4, bytes, true, Populate::Read).unwrap();
         assert_eq!(prepared.file.metadata().unwrap().len(), bytes);
         assert!(prepared.map.iter().all(|&b| b == 0));
         assert!(list_segments(dir.path()).unwrap().is_empty());

@@ -14,7 +14,7 @@ use crate::format::{
     SEAL_MARKER, SEGMENT_HEADER_LEN,
 };
 use crate::scan::{cut, scan, TailCut};
-use crate::segment::{prepare_segment, remove_temp_files, sync_dir, Prepared};
+use crate::segment::{prepare_segment, remove_temp_files, sync_dir, Populate, Prepared};
 
 /// Default size of a segment file: 256 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 256 * 1024 * 1024;
@@ -37,6 +37,9 @@ pub enum Durability {
     IntervalMs(u64),
     /// Never flush on `commit`; only `sync` (or a segment roll) flushes.
     /// Data still reaches disk through the kernel's own writeback. For benchmarks.
+    /// Its segments are faulted in writable when they are built, every
+    /// page dirty at once, so that appends take no page fault; a sync (a
+    /// roll, `close`) writes back the rest of the segment's zeros too.
     Never,
 }
 
@@ -809,7 +812,7 @@ impl Journal {
         // which reports a failure as the roll's, naming the segment.
         let prepared = match self.take_prepared(index) {
             Some(prepared) => prepared,
-            None => prepare_segment(&self.dir, index, self.segment_bytes, false)?,
+            None => prepare_segment(&self.dir, index, self.segment_bytes, false, self.populate())?,
         };
         let (file, map) = prepared.finish(&self.dir, first_seq, self.segment_bytes)?;
         self.next_index = index + 1;
@@ -836,15 +839,27 @@ impl Journal {
             Some(a) => a.index + 1,
             None => self.next_index,
         };
-        let (dir, bytes) = (self.dir.clone(), self.segment_bytes);
+        let (dir, bytes, populate) = (self.dir.clone(), self.segment_bytes, self.populate());
         // Without a thread the roll builds the segment itself.
         self.preparing = std::thread::Builder::new()
             .name("journal-prepare".into())
             .spawn(move || {
                 drop(retired);
-                prepare_segment(&dir, index, bytes, true)
+                prepare_segment(&dir, index, bytes, true, populate)
             })
             .ok();
+    }
+
+    /// How new segments are faulted in: writable, dirty at once, when
+    /// nothing is ever synced (`Never`), so that appends take no fault;
+    /// else for reading, so that a sync writes back only what was
+    /// appended (see [`Populate`]).
+    fn populate(&self) -> Populate {
+        if self.durability == Durability::Never {
+            Populate::Write
+        } else {
+            Populate::Read
+        }
     }
 
     /// Why the segment the next roll needs could not be built ahead (a full
@@ -1379,6 +1394,25 @@ mod tests {
     /// A roll syncs the segment it seals whatever the policy (`Never`
     /// included), so that no record of the next segment is ever durable
     /// before those of the one sealed.
+    /// Only a journal that is never synced dirties its segments ahead: a
+    /// sync writes back every dirty page of the file, so under any other
+    /// policy the first would write a whole segment of zeros.
+    #[test]
+    fn only_a_never_synced_journal_populates_segments_writable() {
+        for (durability, populate) in [
+            (Durability::Never, Populate::Write),
+            (Durability::GroupCommit, Populate::Read),
+            (Durability::Always, Populate::Read),
+            (Durability::IntervalMs(5), Populate::Read),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut j = open(dir.path(), durability);
+            assert_eq!(j.populate(), populate, "{durability:?}");
+            j.append(1, 1, b"a record").unwrap();
+            j.close().unwrap();
+        }
+    }
+
     #[test]
     fn a_roll_syncs_the_sealed_segment_whatever_the_policy() {
         let dir = tempfile::tempdir().unwrap();
