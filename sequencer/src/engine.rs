@@ -81,7 +81,9 @@ impl State {
     #[inline]
     pub fn prefetch(&self, command: &Command) {
         match command {
-            Command::PlaceOrder { key, order } => self.prefetch_client_order(*key, order),
+            Command::PlaceOrder { key, order } => {
+                self.prefetch_client_order(*key, order);
+            }
             Command::CancelOrder { order_id, .. } => {
                 if let Some(order) = self.order(*order_id) {
                     crate::hint::prefetch(order);
@@ -91,13 +93,13 @@ impl State {
         }
     }
 
-    /// Starts loading the idempotency slot of a new order through `key`.
+    /// Starts loading the idempotency slot of a new order through `key`;
+    /// says the slot's hash (`None` for a key that does not exist).
     #[inline]
-    fn prefetch_client_order(&self, key: KeyIdx, new: &NewOrder) {
-        if let Some(key) = self.key(key) {
-            self.client_orders
-                .prefetch(new.client_order_id.index_hash(key.account));
-        }
+    fn prefetch_client_order(&self, key: KeyIdx, new: &NewOrder) -> Option<u64> {
+        let hash = new.client_order_id.index_hash(self.key(key)?.account);
+        self.client_orders.prefetch(hash);
+        Some(hash)
     }
 
     fn dispatch(&mut self, command: &Command, events: &mut Vec<Event>) -> Reply {
@@ -808,7 +810,7 @@ impl State {
         // nothing, so running it before the lookup (and dropping its result
         // when the id is known) answers exactly what checking after would.
         // (A driver that calls `prefetch` ahead has started it already.)
-        self.prefetch_client_order(key_idx, new);
+        let hash = self.prefetch_client_order(key_idx, new);
         if let Err(reject) = check_new_order(new) {
             return reject.into();
         }
@@ -817,8 +819,10 @@ impl State {
             Err(reject) => return reject.into(),
         };
         let account_id = key.account;
+        // The key exists (it was authorized), so its slot's hash is known.
+        let hash = hash.unwrap_or_else(|| new.client_order_id.index_hash(account_id));
         let checked = self.check_order(key_idx, new);
-        if let Some(existing) = self.order_by_client_id(account_id, &new.client_order_id) {
+        if let Some(existing) = self.order_by_client_hash(account_id, &new.client_order_id, hash) {
             let order = *self.order(existing).expect("indexed orders exist");
             return if same_order(&order, new) {
                 Reply::Order {
@@ -836,7 +840,7 @@ impl State {
             };
         }
         match checked {
-            Ok(dry) => self.execute_order(key_idx, new, dry, events),
+            Ok(dry) => self.execute_order(key_idx, new, hash, dry, events),
             Err(reject) => reject.into(),
         }
     }
@@ -1099,10 +1103,14 @@ impl State {
         dry
     }
 
+    /// Places a checked order: holds, bookkeeping, matching, resting.
+    /// `client_hash` is its idempotency slot's hash
+    /// (`client_order_id.index_hash(account)`), computed once per order.
     fn execute_order(
         &mut self,
         key_idx: KeyIdx,
         new: &NewOrder,
+        client_hash: u64,
         dry: DryRun,
         events: &mut Vec<Event>,
     ) -> Reply {
@@ -1167,8 +1175,7 @@ impl State {
             key.day_used_cents = 0;
         }
         key.day_used_cents += order_dollars as u64;
-        self.client_orders
-            .insert(new.client_order_id.index_hash(account_id), id);
+        self.client_orders.insert(client_hash, id);
         self.orders.push(order);
 
         self.match_order(id, dry.would_fill, (taker_bps, maker_bps), events);

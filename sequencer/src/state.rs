@@ -474,7 +474,16 @@ impl State {
     /// through the idempotency index (its hashes collide: the account and
     /// the id are compared).
     pub fn order_by_client_id(&self, account: AccountId, id: &ClientOrderId) -> Option<OrderId> {
-        self.client_orders.get(id.index_hash(account), |candidate| {
+        self.order_by_client_hash(account, id, id.index_hash(account))
+    }
+    /// As `order_by_client_id`, with `id.index_hash(account)` already known.
+    pub(crate) fn order_by_client_hash(
+        &self,
+        account: AccountId,
+        id: &ClientOrderId,
+        hash: u64,
+    ) -> Option<OrderId> {
+        self.client_orders.get(hash, |candidate| {
             self.orders
                 .get(candidate)
                 .is_some_and(|o| o.account == account && o.client_order_id == *id)
