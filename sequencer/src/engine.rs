@@ -899,8 +899,10 @@ impl State {
             })?;
         let series = self.series_of(market);
         let dry = self.dry_run(market, new, account.id);
-        self.check_limits(key, account, market, series, new, &dry)?;
-        self.check_balance(account, series, new)?;
+        // Cash a buy holds: the account cap and the buying power check it.
+        let hold = order_hold(new, series);
+        self.check_limits(key, account, market, series, new, &dry, hold)?;
+        self.check_balance(account, new, hold)?;
         // SPEC: post_only applies to good_till_canceled only.
         if new.post_only && new.time_in_force == TimeInForce::GoodTillCanceled && dry.crosses {
             return Err(Reject::new(
@@ -917,6 +919,7 @@ impl State {
         Ok(dry)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn check_limits(
         &self,
         key: &Key,
@@ -925,6 +928,7 @@ impl State {
         series: &Series,
         new: &NewOrder,
         dry: &DryRun,
+        hold: Cents,
     ) -> Result<(), Reject> {
         let exceeded = |message: String| Err(Reject::new(ErrorCode::LimitExceeded, message));
         let notional = self.order_dollars(new, dry);
@@ -976,7 +980,6 @@ impl State {
         }
         if new.action == Action::Buy {
             let cap = self.risk_cap(account);
-            let hold = order_hold(new, series);
             if account.at_risk() + hold > cap {
                 return exceeded(format!(
                     "Account limit: the order would take the amount at risk to ${}, over the account's cap of ${}.",
@@ -1016,15 +1019,10 @@ impl State {
         dry.fill_cents + Cents::from(new.count - dry.would_fill) * Cents::from(new.price)
     }
 
-    fn check_balance(
-        &self,
-        account: &Account,
-        series: &Series,
-        new: &NewOrder,
-    ) -> Result<(), Reject> {
+    /// Buying power for a buy's `hold`, contracts held for a sell.
+    fn check_balance(&self, account: &Account, new: &NewOrder, hold: Cents) -> Result<(), Reject> {
         match new.action {
             Action::Buy => {
-                let hold = order_hold(new, series);
                 if hold > account.buying_power() {
                     return Err(Reject::new(
                         ErrorCode::InsufficientBalance,
