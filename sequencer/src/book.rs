@@ -166,10 +166,48 @@ impl Piece {
     }
 }
 
+/// Most digits of a count rewritten in place (a level of 10^8 contracts
+/// or more is rewritten with its side).
+const DIGITS_PATCHED: usize = 8;
+/// `POW10[n]` is 10^n.
+const POW10: [u64; DIGITS_PATCHED + 1] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+];
+
 /// The bytes a count rewritten in place changed by (old xor new).
 struct Digits {
-    bytes: [u8; 20],
+    bytes: [u8; DIGITS_PATCHED],
     len: usize,
+}
+
+/// A set of price levels 0..128 (one bit each), in two words: a bit of a
+/// `u128` at a variable place costs a few more instructions.
+#[derive(Clone, Copy, Debug)]
+struct Bits([u64; 2]);
+
+impl Bits {
+    const NONE: Self = Self([0; 2]);
+    const ALL: Self = Self([u64::MAX; 2]);
+    #[inline]
+    fn has(&self, p: usize) -> bool {
+        self.0[(p >> 6) & 1] & (1 << (p & 63)) != 0
+    }
+    #[inline]
+    fn set(&mut self, p: usize) {
+        self.0[(p >> 6) & 1] |= 1 << (p & 63);
+    }
+    #[inline]
+    fn clear(&mut self, p: usize) {
+        self.0[(p >> 6) & 1] &= !(1 << (p & 63));
+    }
 }
 
 /// One side's part of the checksum text, the lowest price it includes,
@@ -188,10 +226,10 @@ struct SideText {
     floor: PriceCents,
     valid: bool,
     /// Bit p set when the piece of level p is out of date.
-    stale: u128,
+    stale: Bits,
     pieces: [Piece; LEVELS],
     /// Bit p set when level p is in the text (valid while the text is).
-    shown: u128,
+    shown: Bits,
     /// Where each shown level's piece starts in the text.
     offsets: [u16; LEVELS],
     /// Length of each shown level's piece in the text.
@@ -208,9 +246,9 @@ impl SideText {
             head: label.len(),
             floor: 0,
             valid: false,
-            stale: u128::MAX,
+            stale: Bits::ALL,
             pieces: [EMPTY_PIECE; LEVELS],
-            shown: 0,
+            shown: Bits::NONE,
             offsets: [0; LEVELS],
             lens: [0; LEVELS],
         }
@@ -222,17 +260,19 @@ impl SideText {
     /// level cannot be patched.
     fn patch(&mut self, price: PriceCents, total: u64) -> Option<(usize, Digits)> {
         let p = usize::from(price);
-        if self.shown & (1u128 << p) == 0 || total == 0 {
+        if !self.shown.has(p) || total == 0 {
             return None;
         }
+        // Patched in place: the same number of digits, at most eight
+        // (larger counts are rewritten with their side).
         let n = usize::from(self.lens[p]) - 5;
-        if total.checked_ilog10().unwrap_or(0) as usize + 1 != n {
+        if n > DIGITS_PATCHED || total < POW10[n - 1] || total >= POW10[n] {
             return None;
         }
         // The digits, last first, straight into their place.
         let at = usize::from(self.offsets[p]) + 5;
         let mut diff = Digits {
-            bytes: [0; 20],
+            bytes: [0; DIGITS_PATCHED],
             len: n,
         };
         let mut v = total;
@@ -256,13 +296,13 @@ impl SideText {
         let mut len = self.head;
         let mut written = 0;
         let mut lowest = 0;
-        self.shown = 0;
+        self.shown = Bits::NONE;
         while occupied != 0 && written < CHECKSUM_LEVELS {
             let price = 127 - occupied.leading_zeros() as usize;
             occupied &= !(1u128 << price);
-            if self.stale & (1u128 << price) != 0 {
+            if self.stale.has(price) {
                 self.pieces[price] = Piece::of(price as PriceCents, side.levels[price].total);
-                self.stale &= !(1u128 << price);
+                self.stale.clear(price);
             }
             if written > 0 {
                 self.bytes[len] = b',';
@@ -270,7 +310,7 @@ impl SideText {
             }
             let piece = &self.pieces[price];
             self.bytes[len..len + PIECE_BYTES].copy_from_slice(&piece.bytes);
-            self.shown |= 1u128 << price;
+            self.shown.set(price);
             self.offsets[price] = len as u16;
             self.lens[price] = piece.len;
             len += usize::from(piece.len);
@@ -560,7 +600,7 @@ impl ChecksumCache {
             Outcome::Up => (up, down),
             Outcome::Down => (down, up),
         };
-        text.stale |= 1u128 << price;
+        text.stale.set(usize::from(price));
         if price < text.floor {
             return;
         }
