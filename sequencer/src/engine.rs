@@ -1188,19 +1188,21 @@ impl State {
                 }
             }
         }
-        let order = self.orders[id];
+        let order = &self.orders[id];
         debug_assert_eq!(order.hold, order.hold_formula());
-        events.push(Event::Order(OrderUpdate::of(&order)));
+        let rested = order.is_resting();
+        events.push(Event::Order(OrderUpdate::of(order)));
         self.emit_account(account_id, market_id, new.outcome, events);
         match top_before {
             Some(before) => self.emit_ticker_if_changed(market_id, before, events),
-            None if order.is_resting() => {
+            None if rested => {
                 self.emit_ticker_for_level(market_id, rest_price, best_before, events);
             }
             None => {}
         }
+        // Copied once, into the reply.
         Reply::Order {
-            order,
+            order: self.orders[id],
             created: true,
         }
     }
@@ -1505,10 +1507,10 @@ impl State {
         let mut rest = ids;
         while let Some(&first) = rest.first() {
             let level = self.level_of(first);
-            let run = rest
+            let run = rest[1..]
                 .iter()
                 .position(|&id| self.level_of(id) != level)
-                .unwrap_or(rest.len());
+                .map_or(rest.len(), |others| others + 1);
             let (market_id, side, price) = level;
             // As in matching: a level holds up to u64 contracts, more than
             // a u32 sum of its orders could count.
