@@ -1391,9 +1391,6 @@ mod tests {
         drop(point);
     }
 
-    /// A roll syncs the segment it seals whatever the policy (`Never`
-    /// included), so that no record of the next segment is ever durable
-    /// before those of the one sealed.
     /// Only a journal that is never synced dirties its segments ahead: a
     /// sync writes back every dirty page of the file, so under any other
     /// policy the first would write a whole segment of zeros.
@@ -1413,6 +1410,9 @@ mod tests {
         }
     }
 
+    /// A roll syncs the segment it seals whatever the policy (`Never`
+    /// included), so that no record of the next segment is ever durable
+    /// before those of the one sealed.
     #[test]
     fn a_roll_syncs_the_sealed_segment_whatever_the_policy() {
         let dir = tempfile::tempdir().unwrap();
