@@ -1583,8 +1583,7 @@ impl State {
                 created: false,
             };
         }
-        let market = order.market;
-        let (side, price) = order.book_place();
+        let (market, side, price) = self.level_of(order_id);
         let best_before = self.markets[market as usize].book.side(side).best();
         self.cancel_resting(order_id, events);
         self.emit_ticker_for_level(market, price, best_before, events);
