@@ -588,7 +588,7 @@ impl ChecksumCache {
     /// The level of `outcome` at `price` now holds `total`. A level in the
     /// text whose count keeps its number of digits is rewritten in place
     /// (the common case: the set of ten levels and every other piece stay
-    /// where they are), and the checksums kept follow it by arithmetic
+    /// where they are), and the kept checksum follows it by arithmetic
     /// (`crc`); any other change at or above the tenth level leaves the
     /// side to be rewritten and hashed.
     fn touch(&mut self, outcome: Outcome, price: PriceCents, total: u64) {
@@ -759,7 +759,8 @@ mod tests {
                 }
                 _ => {
                     // Now and then a large order: counts of five to
-                    // eight digits take the longer arithmetic path.
+                    // eight digits take the longer arithmetic path, of
+                    // nine and more a rewrite of their side.
                     let count = if next() % 10 == 0 {
                         10_000 + (next() % 10_000_000) as u32
                     } else {
